@@ -1,0 +1,435 @@
+"""Validated configurations (pydantic), TOML loading and command-line overrides.
+
+Every config refuses unknown keys, non-finite numbers and out-of-range values with a message that
+names the field and the fix (:func:`format_validation_error`). Configs load from TOML files
+(:func:`load_config`) and accept dotted overrides such as ``task.L=20`` or
+``task.latent={kind="spike", a=[3.0]}`` (values are parsed as TOML values — never evaluated).
+
+Example:
+    >>> cfg = load_config(BayesRunConfig, overrides=["task.L=20", "bayes.samples=1000"])
+    >>> cfg.task.L, cfg.bayes.samples
+    (20, 1000)
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal, TypeVar
+
+import numpy as np
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    Strict,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from headspec import latent
+
+PositiveInt = Annotated[int, Strict(), Field(ge=1)]
+Vector = Annotated[list[float], Field(min_length=1)]
+T = TypeVar("T", bound=BaseModel)
+LATENT_KINDS = ("spike", "flipped_spike", "discrete", "gaussian")
+
+
+class ConfigError(ValueError):
+    """A config could not be loaded or is invalid; the message names the field and the fix."""
+
+
+class StrictModel(BaseModel):
+    """Base of all configs: unknown keys and nan/inf are refused; instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+
+
+# ----------------------------------------------------------------------------- latent laws
+class _LatentBase(StrictModel):
+    scale: float = Field(
+        1.0, ge=0, description="global signal strength c: θ → cθ (0 removes the signal)"
+    )
+
+    @property
+    def F(self) -> int:
+        raise NotImplementedError
+
+    def build(self) -> latent.LatentLaw:
+        """The JAX law, with the scale applied."""
+        return self._build().scaled(self.scale)
+
+
+class SpikeConfig(_LatentBase):
+    """θ = a."""
+
+    kind: Literal["spike"] = "spike"
+    a: Vector = Field(description="the fixed latent vector (length F)")
+
+    @property
+    def F(self):
+        return len(self.a)
+
+    def _build(self):
+        return latent.Spike(self.a)
+
+
+class FlippedSpikeConfig(_LatentBase):
+    """θ = ±a with probability ½ each."""
+
+    kind: Literal["flipped_spike"] = "flipped_spike"
+    a: Vector = Field(description="the latent vector whose sign is flipped (length F)")
+
+    @property
+    def F(self):
+        return len(self.a)
+
+    def _build(self):
+        return latent.FlippedSpike(self.a)
+
+
+class DiscreteConfig(_LatentBase):
+    """θ = atoms[j] with probability probs[j] (uniform when probs is omitted)."""
+
+    kind: Literal["discrete"] = "discrete"
+    atoms: Annotated[list[Vector], Field(min_length=1)] = Field(
+        description="J atoms, each a list of F numbers"
+    )
+    probs: Annotated[list[float], Field(min_length=1)] | None = Field(
+        None, description="J probabilities summing to 1 (default: uniform)"
+    )
+
+    @field_validator("atoms")
+    @classmethod
+    def _same_length(cls, atoms):
+        F = len(atoms[0])
+        for j, a in enumerate(atoms):
+            if len(a) != F:
+                raise ValueError(
+                    f"atoms[{j}] has {len(a)} entries but atoms[0] has {F}; "
+                    f"fix: give every atom the same number F of entries"
+                )
+        return atoms
+
+    @field_validator("probs")
+    @classmethod
+    def _probabilities(cls, probs, info: ValidationInfo):
+        if probs is None:
+            return probs
+        atoms = info.data.get("atoms")
+        if atoms is not None and len(probs) != len(atoms):
+            raise ValueError(
+                f"probs has {len(probs)} entries for {len(atoms)} atoms; "
+                f"fix: give one probability per atom"
+            )
+        neg = [j for j, p in enumerate(probs) if p < 0]
+        if neg:
+            raise ValueError(
+                f"probs[{neg[0]}] = {probs[neg[0]]} is negative; fix: use probabilities ≥ 0"
+            )
+        total = math.fsum(probs)
+        if abs(total - 1.0) > 1e-6:
+            raise ValueError(
+                f"probs sum to {total:g}, not 1; fix: make them sum to 1 "
+                f"(or omit probs for uniform weights)"
+            )
+        return probs
+
+    @property
+    def F(self):
+        return len(self.atoms[0])
+
+    def _build(self):
+        return latent.Discrete(self.atoms, self.probs)
+
+
+class GaussianConfig(_LatentBase):
+    """θ ~ N(mean, cov) (or a diagonal covariance given by var; identity if neither)."""
+
+    kind: Literal["gaussian"] = "gaussian"
+    mean: Vector = Field(description="μ, length F")
+    cov: Annotated[list[Vector], Field(min_length=1)] | None = Field(
+        None, description="Σ, F×F symmetric positive semi-definite"
+    )
+    var: Annotated[list[Annotated[float, Field(ge=0)]], Field(min_length=1)] | None = Field(
+        None, description="diagonal of Σ (alternative to cov), F numbers ≥ 0"
+    )
+
+    @field_validator("var")
+    @classmethod
+    def _var_shape(cls, var, info: ValidationInfo):
+        mean = info.data.get("mean")
+        if var is not None and mean is not None and len(var) != len(mean):
+            raise ValueError(
+                f"var has {len(var)} entries but mean has {len(mean)}; "
+                f"fix: give F = {len(mean)} variances"
+            )
+        return var
+
+    @field_validator("cov")
+    @classmethod
+    def _cov_psd(cls, cov, info: ValidationInfo):
+        mean = info.data.get("mean")
+        if cov is None or mean is None:
+            return cov
+        F = len(mean)
+        if len(cov) != F or any(len(r) != F for r in cov):
+            shape = f"{len(cov)} rows of {'/'.join(str(len(r)) for r in cov)}"
+            raise ValueError(
+                f"cov has {shape} entries but mean has F = {F}; fix: give an {F}×{F} matrix"
+            )
+        C = np.asarray(cov, dtype=np.float64)
+        tol = 1e-9 * max(1.0, float(np.abs(C).max()))
+        if not np.allclose(C, C.T, rtol=0, atol=tol):
+            raise ValueError("cov is not symmetric; fix: make cov[i][j] equal cov[j][i]")
+        wmin = float(np.linalg.eigvalsh(C).min())
+        if wmin < -tol:
+            raise ValueError(
+                f"cov is not positive semi-definite (smallest eigenvalue {wmin:.3g}); "
+                f"fix: give a valid covariance matrix"
+            )
+        return cov
+
+    @model_validator(mode="after")
+    def _one_of(self):
+        if self.cov is not None and self.var is not None:
+            raise ValueError("both cov and var are given; fix: give only one of them")
+        return self
+
+    @property
+    def F(self):
+        return len(self.mean)
+
+    def _build(self):
+        return latent.Gaussian(self.mean, cov=self.cov, var=self.var)
+
+
+LatentConfig = Annotated[
+    SpikeConfig | FlippedSpikeConfig | DiscreteConfig | GaussianConfig,
+    Field(discriminator="kind"),
+]
+
+
+def _default_latent() -> DiscreteConfig:
+    return DiscreteConfig(atoms=[[2.0, 0.0], [0.0, 2.0]], probs=[0.6, 0.4])
+
+
+# ----------------------------------------------------------------------------- task
+class TaskConfig(StrictModel):
+    """The single-location task of SPEC §2."""
+
+    L: Annotated[int, Strict(), Field(ge=2, description="tokens per sequence (≥ 2)")] = 10
+    D: PositiveInt = Field(1000, description="token dimension (finite-D routes)")
+    frame: Literal["random", "canonical"] = Field(
+        "random", description="feature frame K*: random orthogonal or the first F axes"
+    )
+    latent: LatentConfig = Field(default_factory=_default_latent)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.D < self.latent.F:
+            raise ValueError(
+                f"D = {self.D} is smaller than the number of latent features F = {self.latent.F}; "
+                f"fix: use D ≥ {self.latent.F}"
+            )
+        return self
+
+
+class BayesOptions(StrictModel):
+    """How `headspec bayes` estimates risks."""
+
+    samples: Annotated[int, Strict(), Field(ge=2)] = Field(
+        100_000, description="Monte-Carlo sequences (≥ 2)"
+    )
+    route: Literal["projected", "finite"] = Field(
+        "projected", description="'projected' (D → ∞) or 'finite' (exact loss at task.D)"
+    )
+
+
+class BayesRunConfig(StrictModel):
+    """Everything `headspec bayes` needs."""
+
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    bayes: BayesOptions = Field(default_factory=BayesOptions)
+    seed: Annotated[int, Strict(), Field(ge=0)] = 0
+
+
+# ----------------------------------------------------------------------------- loading
+_HINTS = {
+    "missing": "fix: add this field",
+    "finite_number": "fix: use a finite number (nan and inf are not allowed)",
+    "int_type": "fix: give a whole number",
+    "int_parsing": "fix: give a whole number",
+    "int_from_float": "fix: give a whole number",
+    "float_type": "fix: give a number",
+    "float_parsing": "fix: give a number",
+    "list_type": "fix: give a list, e.g. [1.0, 0.0]",
+    "too_short": "fix: give at least one entry",
+    "union_tag_invalid": f"fix: set kind to one of {', '.join(LATENT_KINDS)}",
+    "union_tag_not_found": f"fix: add kind = one of {', '.join(LATENT_KINDS)}",
+    "model_type": 'fix: give a table of keys, e.g. {kind = "spike", a = [2.0]}',
+}
+
+
+def _allowed_keys(model: type[BaseModel] | None, loc: tuple) -> list[str]:
+    """The keys a config table accepts, found by walking ``loc`` (without its last entry)."""
+    from typing import get_args
+
+    def models_in(annotation):
+        args = get_args(annotation)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return [annotation]
+        return [m for a in args for m in models_in(a)]
+
+    for p in loc[:-1]:
+        if model is None or not isinstance(p, str):
+            return []
+        if p in LATENT_KINDS:
+            continue
+        field = model.model_fields.get(p)
+        if field is None:
+            return []
+        candidates = models_in(field.annotation)
+        kind = next((q for q in loc if q in LATENT_KINDS), None)
+        model = next(
+            (
+                m
+                for m in candidates
+                if kind is None
+                or m.model_fields.get("kind") is None
+                or m.model_fields["kind"].default == kind
+            ),
+            None,
+        )
+    return sorted(model.model_fields) if model is not None else []
+
+
+def format_validation_error(err: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """One line per problem: ``field.path: message; fix: …``."""
+    lines = []
+    for e in err.errors(include_url=False):
+        loc = [str(p) for p in e["loc"] if str(p) not in LATENT_KINDS]
+        where = ".".join(loc) or "(config)"
+        msg = e["msg"].removeprefix("Value error, ")
+        typ = e["type"]
+        ctx = e.get("ctx") or {}
+        hint = _HINTS.get(typ, "")
+        if typ == "extra_forbidden":
+            msg = "unknown key"
+            allowed = _allowed_keys(model, tuple(e["loc"]))
+            hint = "fix: remove it or correct its spelling" + (
+                f" (allowed here: {', '.join(allowed)})" if allowed else ""
+            )
+        elif typ in ("greater_than_equal", "greater_than"):
+            op = "≥" if typ == "greater_than_equal" else ">"
+            hint = f"fix: use a value {op} {ctx.get('ge', ctx.get('gt'))}"
+        elif typ == "literal_error":
+            hint = f"fix: use one of {ctx.get('expected')}"
+        elif "fix:" in msg:
+            hint = ""
+        got = "" if typ in ("missing", "value_error") else f" (got {e.get('input')!r})"
+        if typ == "extra_forbidden":
+            got = ""
+        lines.append(f"{where}: {msg}{got}" + (f"; {hint}" if hint else ""))
+    return "\n".join(lines)
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """Read a TOML file; missing files and syntax errors become :class:`ConfigError`."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"config file {str(path)!r} does not exist; fix: check the path"
+        ) from None
+    except IsADirectoryError:
+        raise ConfigError(f"config {str(path)!r} is a folder; fix: give a TOML file") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML ({e}); fix: correct the syntax") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a UTF-8 text file; fix: give a TOML file") from None
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``a.b.c=VALUE`` → (["a", "b", "c"], value); VALUE is a TOML value or else a bare string."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} has no '='; fix: write it as key.path=value")
+    key, raw = item.split("=", 1)
+    path = [p.strip() for p in key.strip().split(".")]
+    if not all(path):
+        raise ConfigError(f"override {item!r} has an empty key; fix: write it as key.path=value")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return path, value
+
+
+def merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """Recursively lay ``new`` over ``base``. A table whose ``kind`` changes is replaced whole
+    (a spike law does not inherit the atoms of a default discrete law)."""
+    out = dict(base)
+    for k, v in new.items():
+        old = out.get(k)
+        if (
+            isinstance(v, dict)
+            and isinstance(old, dict)
+            and v.get("kind", old.get("kind")) == old.get("kind")
+        ):
+            out[k] = merge(old, v)
+        else:
+            out[k] = v
+    return out
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Set dotted keys in a nested dict (new nested tables are created as needed)."""
+    for item in overrides:
+        path, value = parse_override(item)
+        patch: Any = value
+        for p in reversed(path):
+            patch = {p: patch}
+        node = data
+        for i, p in enumerate(path[:-1]):
+            node = node.get(p, {})
+            if not isinstance(node, dict):
+                where = ".".join(path[: i + 1])
+                raise ConfigError(
+                    f"override {item!r}: {where} is a value, not a table; fix: check the key path"
+                )
+        data = merge(data, patch) if path[-1] != "kind" else _set_kind(data, path, value)
+    return data
+
+
+def _set_kind(data, path, value):
+    """Setting ``…kind`` to a new value starts that table afresh (its other keys no longer apply)."""
+    node = data
+    for p in path[:-2]:
+        node = node.setdefault(p, {})
+    table = node.get(path[-2])
+    if not isinstance(table, dict) or table.get("kind") != value:
+        node[path[-2]] = {"kind": value}
+    return data
+
+
+def load_config(
+    model: type[T], path: str | Path | None = None, overrides: list[str] | None = None
+) -> T:
+    """Build a validated config from an optional TOML file plus dotted overrides."""
+    data = model.model_construct().model_dump() if _has_defaults(model) else {}
+    if path is not None:
+        data = merge(data, read_toml(path))
+    data = apply_overrides(data, list(overrides or []))
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(format_validation_error(e, model)) from None
+
+
+def _has_defaults(model) -> bool:
+    return all(not f.is_required() for f in model.model_fields.values())
