@@ -119,7 +119,10 @@ def default_bias(activation: str, H: int, L: int) -> float:
 
 
 def scores(K: Array, b: Array, X: Array) -> Array:
-    """s_hl = k_h·x_l/√D + b_h for keys K (H, D), biases b (H,), tokens X (..., L, D) → (..., H, L)."""
+    """s_hl = k_h·x_l/√D + b_h for keys K (H, D), biases b (H,), tokens X (..., L, D).
+
+    Returns shape (..., H, L).
+    """
     D = X.shape[-1]
     lam = jnp.einsum("...ld,hd->...hl", X, K) / jnp.sqrt(D)  # (..., H, L)
     return lam + b[:, None]  # (..., H, L)

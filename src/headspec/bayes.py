@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -112,6 +113,33 @@ def _joint_overlaps(predictors: Mapping[str, Predictor], F: int):
     return M_all, M_all @ M_all.T + R @ R.T, slices
 
 
+def _losses(preds, spans, lam, nu, eps, X=None, y=None):
+    """Per-sample losses of each predictor, shape (P, m)."""
+    out = []
+    for p, (a, b) in zip(preds, spans, strict=True):
+        W = p.token_weights(lam[..., a:b], nu)  # (m, L)
+        if X is None:
+            out.append(loss_projected(W, eps))  # (m,)
+        else:
+            yhat = jnp.einsum("ml,mld->md", W, X)  # (m, D)
+            out.append(loss_finite(yhat, y))  # (m,)
+    return jnp.stack(out)  # (P, m)
+
+
+@eqx.filter_jit
+def _projected_chunk(key, law, preds, spans, M_all, Q_all, L, chunk):
+    pb = sample_projected(key, law, L, chunk, M_all, Q_all)
+    return _losses(preds, spans, pb.lam, pb.nu, pb.eps)
+
+
+@eqx.filter_jit
+def _finite_chunk(key, task, preds, spans, K_all, chunk):
+    batch = sample_batch(key, task, chunk)
+    lam = batch.X @ K_all.T / jnp.sqrt(task.D)  # (m, L, H_tot)
+    nu = batch.X @ task.U  # (m, L, F)
+    return _losses(preds, spans, lam, nu, batch.eps, batch.X, batch.y)
+
+
 def estimate_risks(
     key: Array,
     law: LatentLaw,
@@ -135,27 +163,11 @@ def estimate_risks(
     F = law.F
     M_all, Q_all, slices = _joint_overlaps(predictors, F)
     names = list(predictors)
-
-    def losses_from(lam, nu, eps, X=None, y=None):
-        out = []
-        for name in names:
-            W = predictors[name].token_weights(lam[..., slices[name]], nu)  # (m, L)
-            if X is None:
-                out.append(loss_projected(W, eps))  # (m,)
-            else:
-                yhat = jnp.einsum("ml,mld->md", W, X)  # (m, D)
-                out.append(loss_finite(yhat, y))  # (m,)
-        return jnp.stack(out)  # (P, m)
-
+    preds = tuple(predictors[k] for k in names)
+    spans = tuple((slices[k].start, slices[k].stop) for k in names)
     if route == "projected":
         chunk = chunk or max(1, 2_000_000 // (L * (F + M_all.shape[0] + 1)))
-
-        @jax.jit
-        def one(k, m_all, q_all):
-            pb = sample_projected(k, law, L, chunk, m_all, q_all)
-            return losses_from(pb.lam, pb.nu, pb.eps)
-
-        args = (M_all, Q_all)
+        one = lambda k: _projected_chunk(k, law, preds, spans, M_all, Q_all, L, chunk)  # noqa: E731
     elif route == "finite":
         if D is None:
             raise ValueError("the finite route needs D")
@@ -163,20 +175,12 @@ def estimate_risks(
         task = Task.create(k_frame, law, L, D, frame)
         K_all = task.keys_from_overlaps(M_all, Q_all, k_keys)  # (H_tot, D)
         chunk = chunk or max(1, 20_000_000 // (L * D))
-
-        @jax.jit
-        def one(k, task, K_all):
-            batch = sample_batch(k, task, chunk)
-            lam = batch.X @ K_all.T / jnp.sqrt(task.D)  # (m, L, H_tot)
-            nu = batch.X @ task.U  # (m, L, F)
-            return losses_from(lam, nu, batch.eps, batch.X, batch.y)
-
-        args = (task, K_all)
+        one = lambda k: _finite_chunk(k, task, preds, spans, K_all, chunk)  # noqa: E731
     else:
         raise ValueError(f"route must be 'projected' or 'finite', got {route!r}")
 
     n_chunks = -(-n // chunk)
-    parts = [np.asarray(one(jax.random.fold_in(key, i), *args)) for i in range(n_chunks)]
+    parts = [np.asarray(one(jax.random.fold_in(key, i))) for i in range(n_chunks)]
     samples = np.concatenate(parts, axis=1)[:, :n]  # (P, n)
     est = {name: MCEstimate.of(samples[i]) for i, name in enumerate(names)}
     if return_samples:

@@ -33,7 +33,7 @@ err = Console(stderr=True)
 
 def fail(message: str, code: int = 2):
     """Print ``error: …`` on stderr and exit with ``code`` (2: bad input)."""
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    err.print("error: " + message, markup=False, highlight=False, soft_wrap=True, style="red")
     raise typer.Exit(code)
 
 
@@ -86,8 +86,8 @@ def bayes(
         str | None,
         typer.Option(
             "--latent",
-            help='Latent law as a TOML inline table (task.latent), e.g. '
-            '\'{kind="flipped_spike", a=[2.0]}\'.',
+            help="Latent law as a TOML inline table (task.latent), e.g. "
+            "'{kind=\"flipped_spike\", a=[2.0]}'.",
         ),
     ] = None,
     scale: Annotated[

@@ -177,9 +177,10 @@ class GaussianConfig(_LatentBase):
             return cov
         F = len(mean)
         if len(cov) != F or any(len(r) != F for r in cov):
-            shape = f"{len(cov)} rows of {'/'.join(str(len(r)) for r in cov)}"
+            lengths = ", ".join(str(len(r)) for r in cov)
             raise ValueError(
-                f"cov has {shape} entries but mean has F = {F}; fix: give an {F}×{F} matrix"
+                f"cov has {len(cov)} rows (of lengths {lengths}) but mean has F = {F} entries; "
+                f"fix: give a {F}×{F} matrix"
             )
         C = np.asarray(cov, dtype=np.float64)
         tol = 1e-9 * max(1.0, float(np.abs(C).max()))
@@ -254,7 +255,7 @@ class BayesRunConfig(StrictModel):
 
     task: TaskConfig = Field(default_factory=TaskConfig)
     bayes: BayesOptions = Field(default_factory=BayesOptions)
-    seed: Annotated[int, Strict(), Field(ge=0)] = 0
+    seed: Annotated[int, Strict(), Field(ge=0, le=2**63 - 1)] = 0
 
 
 # ----------------------------------------------------------------------------- loading
@@ -270,8 +271,8 @@ _HINTS = {
     "too_short": "fix: give at least one entry",
     "union_tag_invalid": f"fix: set kind to one of {', '.join(LATENT_KINDS)}",
     "union_tag_not_found": f"fix: add kind = one of {', '.join(LATENT_KINDS)}",
-    "model_type": 'fix: give a table of keys, e.g. {kind = "spike", a = [2.0]}',
 }
+_TABLE_HINT = 'fix: give a table of keys, e.g. {kind = "spike", a = [2.0]}'
 
 
 def _allowed_keys(model: type[BaseModel] | None, loc: tuple) -> list[str]:
@@ -317,15 +318,24 @@ def format_validation_error(err: ValidationError, model: type[BaseModel] | None 
         typ = e["type"]
         ctx = e.get("ctx") or {}
         hint = _HINTS.get(typ, "")
-        if typ == "extra_forbidden":
+        if typ in ("model_type", "model_attributes_type", "dict_type"):
+            hint = (
+                _TABLE_HINT
+                if loc and loc[-1] == "latent"
+                else "fix: give a table of keys (a [section] in TOML)"
+            )
+        elif typ == "extra_forbidden":
             msg = "unknown key"
             allowed = _allowed_keys(model, tuple(e["loc"]))
             hint = "fix: remove it or correct its spelling" + (
                 f" (allowed here: {', '.join(allowed)})" if allowed else ""
             )
-        elif typ in ("greater_than_equal", "greater_than"):
-            op = "≥" if typ == "greater_than_equal" else ">"
-            hint = f"fix: use a value {op} {ctx.get('ge', ctx.get('gt'))}"
+        elif typ in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+            op = {"greater_than_equal": "≥", "greater_than": ">", "less_than_equal": "≤"}.get(
+                typ, "<"
+            )
+            bound = next(ctx[k] for k in ("ge", "gt", "le", "lt") if k in ctx)
+            hint = f"fix: use a value {op} {bound}"
         elif typ == "literal_error":
             hint = f"fix: use one of {ctx.get('expected')}"
         elif "fix:" in msg:
@@ -388,7 +398,11 @@ def merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Set dotted keys in a nested dict (new nested tables are created as needed)."""
+    """Set dotted keys in a nested dict (new nested tables are created as needed).
+
+    A table value (``task.latent={kind="spike", a=[1.0]}``) replaces that table whole; setting
+    a ``kind`` to a new value empties its table; any other value is set in place.
+    """
     for item in overrides:
         path, value = parse_override(item)
         patch: Any = value
@@ -402,12 +416,20 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
                 raise ConfigError(
                     f"override {item!r}: {where} is a value, not a table; fix: check the key path"
                 )
-        data = merge(data, patch) if path[-1] != "kind" else _set_kind(data, path, value)
+        if isinstance(value, dict):  # a table given whole replaces the table
+            node = data
+            for p in path[:-1]:
+                node = node.setdefault(p, {})
+            node[path[-1]] = value
+        elif path[-1] == "kind":
+            data = _set_kind(data, path, value)
+        else:
+            data = merge(data, patch)
     return data
 
 
 def _set_kind(data, path, value):
-    """Setting ``…kind`` to a new value starts that table afresh (its other keys no longer apply)."""
+    """Setting ``…kind`` to a new value starts that table afresh (other keys no longer apply)."""
     node = data
     for p in path[:-2]:
         node = node.setdefault(p, {})
