@@ -36,6 +36,9 @@ PositiveInt = Annotated[int, Strict(), Field(ge=1)]
 Vector = Annotated[list[float], Field(min_length=1)]
 T = TypeVar("T", bound=BaseModel)
 LATENT_KINDS = ("spike", "flipped_spike", "discrete", "gaussian")
+SCHEDULE_KINDS = ("constant", "inverse_time")
+_KINDS = {"latent": LATENT_KINDS, "schedule": SCHEDULE_KINDS}
+_TAGS = frozenset(LATENT_KINDS + SCHEDULE_KINDS)
 
 
 class ConfigError(ValueError):
@@ -269,8 +272,6 @@ _HINTS = {
     "float_parsing": "fix: give a number",
     "list_type": "fix: give a list, e.g. [1.0, 0.0]",
     "too_short": "fix: give at least one entry",
-    "union_tag_invalid": f"fix: set kind to one of {', '.join(LATENT_KINDS)}",
-    "union_tag_not_found": f"fix: add kind = one of {', '.join(LATENT_KINDS)}",
 }
 _TABLE_HINT = 'fix: give a table of keys, e.g. {kind = "spike", a = [2.0]}'
 
@@ -288,13 +289,13 @@ def _allowed_keys(model: type[BaseModel] | None, loc: tuple) -> list[str]:
     for p in loc[:-1]:
         if model is None or not isinstance(p, str):
             return []
-        if p in LATENT_KINDS:
+        if p in _TAGS:
             continue
         field = model.model_fields.get(p)
         if field is None:
             return []
         candidates = models_in(field.annotation)
-        kind = next((q for q in loc if q in LATENT_KINDS), None)
+        kind = next((q for q in loc if q in _TAGS), None)
         model = next(
             (
                 m
@@ -312,13 +313,17 @@ def format_validation_error(err: ValidationError, model: type[BaseModel] | None 
     """One line per problem: ``field.path: message; fix: …``."""
     lines = []
     for e in err.errors(include_url=False):
-        loc = [str(p) for p in e["loc"] if str(p) not in LATENT_KINDS]
+        loc = [str(p) for p in e["loc"] if str(p) not in _TAGS]
         where = ".".join(loc) or "(config)"
         msg = e["msg"].removeprefix("Value error, ")
         typ = e["type"]
         ctx = e.get("ctx") or {}
         hint = _HINTS.get(typ, "")
-        if typ in ("model_type", "model_attributes_type", "dict_type"):
+        if typ in ("union_tag_invalid", "union_tag_not_found"):
+            kinds = ", ".join(_KINDS.get(loc[-1] if loc else "", LATENT_KINDS))
+            verb = "set kind to" if typ == "union_tag_invalid" else "add kind ="
+            hint = f"fix: {verb} one of {kinds}"
+        elif typ in ("model_type", "model_attributes_type", "dict_type"):
             hint = (
                 _TABLE_HINT
                 if loc and loc[-1] == "latent"
@@ -455,3 +460,84 @@ def load_config(
 
 def _has_defaults(model) -> bool:
     return all(not f.is_required() for f in model.model_fields.values())
+
+
+# ----------------------------------------------------------------------------- simulate
+class ModelConfig(StrictModel):
+    """The multi-head attention of SPEC §3 and its initialisation (§4)."""
+
+    H: PositiveInt = Field(4, description="number of heads")
+    activation: Literal["softmax", "softmax1", "bayes_softmax"] = "softmax"
+    aggregation: Literal["mean", "sum"] | None = Field(
+        None, description="head aggregation; default mean for softmax, sum otherwise"
+    )
+    sigma0: float = Field(0.1, ge=0, description="initial keys k_h ~ N(0, sigma0² I_D)")
+    b0: float | None = Field(
+        None, description="initial biases; default 0, and −log(L(H−1)) for softmax1 (SPEC §4)"
+    )
+
+
+class ConstantSchedule(StrictModel):
+    """η(t) = η."""
+
+    kind: Literal["constant"] = "constant"
+
+
+class InverseTimeSchedule(StrictModel):
+    """η(t) = η · (1 + t/t0)^(−power)."""
+
+    kind: Literal["inverse_time"] = "inverse_time"
+    t0: float = Field(10.0, gt=0, description="time scale of the decay")
+    power: float = Field(1.0, ge=0, description="decay exponent")
+
+
+Schedule = Annotated[ConstantSchedule | InverseTimeSchedule, Field(discriminator="kind")]
+
+
+class TrainConfig(StrictModel):
+    """Online SGD (SPEC §4)."""
+
+    T: float = Field(20.0, gt=0, description="training time horizon, in t = samples/D")
+    lr: float = Field(1.0, gt=0, description="learning rate η of the keys")
+    lr_b: float | None = Field(None, gt=0, description="learning rate η_b of the biases (= η)")
+    batch: PositiveInt = Field(1, description="fresh sequences per step (summed, not averaged)")
+    schedule: Schedule = Field(default_factory=ConstantSchedule)
+    dtype: Literal["float32", "float64"] = Field("float32", description="simulation precision")
+
+
+class RecordConfig(StrictModel):
+    """The shared time grid of SPEC §8 and how observables are estimated on it."""
+
+    grid: Literal["log", "linear"] = "log"
+    points: Annotated[int, Strict(), Field(ge=1, le=100_000)] = Field(
+        60, description="grid points after t = 0"
+    )
+    t_min: float = Field(0.05, gt=0, description="first non-zero time of the log grid")
+    n_mc: Annotated[int, Strict(), Field(ge=2)] = Field(
+        4096, description="Monte-Carlo samples for the D → ∞ risk of the current (M, Q, b)"
+    )
+    n_test: Annotated[int, Strict(), Field(ge=0)] | None = Field(
+        None,
+        description="held-out sequences per seed (finite-D test risk); default ≤ 1024 "
+        "within a 256 MiB budget; 0 disables",
+    )
+
+
+class SimulateConfig(StrictModel):
+    """Everything `headspec simulate` needs."""
+
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    record: RecordConfig = Field(default_factory=RecordConfig)
+    seed: Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)] = Field(0, description="first seed")
+    seeds: PositiveInt = Field(8, description="independent runs: seeds seed, seed+1, …")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.record.grid == "log" and self.record.t_min >= self.train.T:
+            raise ValueError(
+                f"record.t_min = {self.record.t_min} is not below train.T = {self.train.T}; "
+                f"fix: lower record.t_min or raise train.T"
+            )
+        return self
