@@ -110,7 +110,9 @@ def _advance_one(sgd: SGD, K, b, fail, U, train_key, step0, n):
         X, y = sgd.batch(train_key, step, U)
         t = (step * sgd.B / sgd.D).astype(K.dtype)
         K_new, b_new, loss = sgd.step(K, b, X, y, t)
-        ok = jnp.isfinite(loss) & jnp.all(jnp.isfinite(b_new)) & jnp.isfinite(jnp.sum(K_new))
+        ok = (
+            jnp.isfinite(loss) & jnp.all(jnp.isfinite(b_new)) & jnp.isfinite(jnp.sum(K_new * K_new))
+        )
         fail = jnp.where((~ok) & (fail < 0), step, fail)
         keep = fail < 0
         return jnp.where(keep, K_new, K), jnp.where(keep, b_new, b), fail
@@ -300,7 +302,7 @@ def divergence_message(ds, seed_index: int) -> str:
     step = int(ds.fail_step[seed_index])
     t = float(ds.fail_t[seed_index])
     return (
-        f"seed {int(ds.seed[seed_index])} diverged at step {step} (t = {t:.4g}): the loss or "
-        f"the keys became non-finite; the learning rate (train.lr = {cfg.get('lr', '?')}) is "
+        f"seed {int(ds.seed[seed_index])} diverged at step {step} (t = {t:.4g}): the loss, biases or "
+        f"key norms became non-finite; the learning rate (train.lr = {cfg.get('lr', '?')}) is "
         f"likely too large — lower train.lr (or train.lr_b); its results stop at t = {t:.4g}"
     )
