@@ -518,7 +518,7 @@ class RecordConfig(StrictModel):
     )
     n_test: Annotated[int, Strict(), Field(ge=0)] | None = Field(
         None,
-        description="held-out sequences per seed (finite-D test risk); default ≤ 1024 "
+        description="held-out sequences per seed (finite-D test risk); default ≤ 256 "
         "within a 256 MiB budget; 0 disables",
     )
 

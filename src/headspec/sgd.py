@@ -202,8 +202,9 @@ def time_grid(record, T: float, D: int, B: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def default_n_test(seeds: int, L: int, D: int, itemsize: int, budget=256 * 2**20) -> int:
-    """Held-out sequences per seed: ≤ 1024 within a memory budget for all seeds together."""
-    return int(min(1024, budget // (seeds * L * D * itemsize)))
+    """Held-out sequences per seed: ≤ 256 (so recording stays a small part of a run) and
+    within a memory budget for all seeds together."""
+    return int(min(256, budget // (seeds * L * D * itemsize)))
 
 
 # ----------------------------------------------------------------------------- driver
@@ -298,11 +299,11 @@ def simulate(cfg, progress: Callable[[int, int], None] | None = None, schedule=N
 
 def divergence_message(ds, seed_index: int) -> str:
     """Human explanation of a diverged seed."""
-    cfg = ds.attrs
+    lr = ds.attrs.get("lr", "?")
     step = int(ds.fail_step[seed_index])
     t = float(ds.fail_t[seed_index])
     return (
-        f"seed {int(ds.seed[seed_index])} diverged at step {step} (t = {t:.4g}): the loss, biases or "
-        f"key norms became non-finite; the learning rate (train.lr = {cfg.get('lr', '?')}) is "
+        f"seed {int(ds.seed[seed_index])} diverged at step {step} (t = {t:.4g}): the loss, "
+        f"biases or key norms became non-finite; the learning rate (train.lr = {lr}) is "
         f"likely too large — lower train.lr (or train.lr_b); its results stop at t = {t:.4g}"
     )
