@@ -516,6 +516,11 @@ class RecordConfig(StrictModel):
     n_mc: Annotated[int, Strict(), Field(ge=2)] = Field(
         4096, description="Monte-Carlo samples for the D → ∞ risk of the current (M, Q, b)"
     )
+    mc_seed: Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)] = Field(
+        0,
+        description="seed of the base samples of the D → ∞ risk; shared by all seeds and runs "
+        "(common random numbers), so a seed's curves do not depend on how seeds are grouped",
+    )
     n_test: Annotated[int, Strict(), Field(ge=0)] | None = Field(
         None,
         description="held-out sequences per seed (finite-D test risk); default ≤ 256 "

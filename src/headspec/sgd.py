@@ -226,6 +226,11 @@ def build(cfg, schedule: Callable | None = None):
     return sgd, law
 
 
+def mc_key(mc_seed: int) -> Array:
+    """Key of the D → ∞ risk's base samples: disjoint from every run seed's stream."""
+    return jax.random.fold_in(jax.random.key(mc_seed), 0x6D63)  # "mc"
+
+
 def seed_keys(seed_ids) -> dict[str, Array]:
     """Per-seed keys: frame, init, train, test (each of shape (S,))."""
     ks = jax.vmap(lambda s: jax.random.split(jax.random.key(s), 4))(jnp.asarray(seed_ids))
@@ -262,7 +267,7 @@ def simulate(cfg, progress: Callable[[int, int], None] | None = None, schedule=N
         n_test = default_n_test(cfg.seeds, cfg.task.L, cfg.task.D, jnp.dtype(dtype).itemsize)
     test = make_test_set(keys["test"], law, U, cfg.task.L, n_test) if n_test >= 2 else None
     base = BaseSamples.draw(
-        jax.random.key(2**31 + cfg.seed), law, cfg.task.L, cfg.model.H, cfg.record.n_mc
+        mc_key(cfg.record.mc_seed), law, cfg.task.L, cfg.model.H, cfg.record.n_mc
     )
     steps, ts = time_grid(cfg.record, cfg.train.T, cfg.task.D, cfg.train.batch)
     obs = []
