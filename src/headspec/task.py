@@ -115,7 +115,7 @@ def sample_batch(key: Array, task: Task, n: int) -> Batch:
     eps = jax.random.randint(ke, (n,), 0, L)  # (n,)
     theta = task.law.sample(kt, (n,)).astype(dtype)  # (n, F)
     spike = theta @ task.U.T  # (n, D) = K*θ/√D
-    X = Z + jax.nn.one_hot(eps, L, dtype=dtype)[:, :, None] * spike[:, None, :]  # (n, L, D)
+    X = Z.at[jnp.arange(n), eps].add(spike)  # (n, L, D): only the hidden token moves
     return Batch(X=X, eps=eps, theta=theta)
 
 
