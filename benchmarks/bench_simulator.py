@@ -87,9 +87,9 @@ def main(argv=None):
     @jax.jit
     def rng_only(keys, n):
         def body(i, acc):
-            z = jax.vmap(
-                lambda k: jax.random.normal(jax.random.fold_in(k, i), (a.L, a.D), dtype)
-            )(keys)
+            z = jax.vmap(lambda k: jax.random.normal(jax.random.fold_in(k, i), (a.L, a.D), dtype))(
+                keys
+            )
             return acc + z[:, 0, 0]
 
         return jax.lax.fori_loop(0, n, body, jnp.zeros(a.seeds, dtype))

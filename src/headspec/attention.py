@@ -53,8 +53,12 @@ class Activation(eqx.Module):
     def log_normalised(self, s: Array) -> Array:
         """log of the weights before aggregation, shape (..., H, L)."""
 
+    def normalised(self, s: Array) -> Array:
+        """The weights before aggregation, shape (..., H, L) (one exp per score)."""
+        return jnp.exp(self.log_normalised(s))
+
     def __call__(self, s: Array) -> Array:
-        A = jnp.exp(self.log_normalised(s))  # (..., H, L)
+        A = self.normalised(s)  # (..., H, L)
         if self.aggregation == "mean":
             A = A / s.shape[-2]
         return A
@@ -73,6 +77,9 @@ class Softmax(Activation):
     def log_normalised(self, s):
         return jax.nn.log_softmax(s, axis=-1)  # (..., H, L)
 
+    def normalised(self, s):
+        return jax.nn.softmax(s, axis=-1)  # (..., H, L)
+
 
 class Softmax1(Activation):
     """Softmax with an extra logit 0 per head ("softmax-1"): a head can put its mass nowhere."""
@@ -84,6 +91,11 @@ class Softmax1(Activation):
         lse = logsumexp(s, axis=-1, keepdims=True)  # (..., H, 1)
         return s - jnp.logaddexp(0.0, lse)  # (..., H, L)
 
+    def normalised(self, s):
+        m = jax.lax.stop_gradient(jnp.maximum(jnp.max(s, axis=-1, keepdims=True), 0.0))
+        e = jnp.exp(s - m)  # (..., H, L), ≤ 1
+        return e / (jnp.exp(-m) + jnp.sum(e, axis=-1, keepdims=True))  # (..., H, L)
+
 
 class BayesSoftmax(Activation):
     """Softmax jointly over heads and positions."""
@@ -93,6 +105,11 @@ class BayesSoftmax(Activation):
 
     def log_normalised(self, s):
         return s - logsumexp(s, axis=(-2, -1), keepdims=True)  # (..., H, L)
+
+    def normalised(self, s):
+        m = jax.lax.stop_gradient(jnp.max(s, axis=(-2, -1), keepdims=True))
+        e = jnp.exp(s - m)  # (..., H, L)
+        return e / jnp.sum(e, axis=(-2, -1), keepdims=True)  # (..., H, L)
 
 
 ACTIVATIONS: dict[str, type[Activation]] = {

@@ -37,8 +37,9 @@ Vector = Annotated[list[float], Field(min_length=1)]
 T = TypeVar("T", bound=BaseModel)
 LATENT_KINDS = ("spike", "flipped_spike", "discrete", "gaussian")
 SCHEDULE_KINDS = ("constant", "inverse_time")
-_KINDS = {"latent": LATENT_KINDS, "schedule": SCHEDULE_KINDS}
-_TAGS = frozenset(LATENT_KINDS + SCHEDULE_KINDS)
+INIT_KINDS = ("perturbed", "symmetric", "given", "simulation")
+_KINDS = {"latent": LATENT_KINDS, "schedule": SCHEDULE_KINDS, "init": INIT_KINDS}
+_TAGS = frozenset(LATENT_KINDS + SCHEDULE_KINDS + INIT_KINDS)
 
 
 class ConfigError(ValueError):
@@ -545,4 +546,107 @@ class SimulateConfig(StrictModel):
                 f"record.t_min = {self.record.t_min} is not below train.T = {self.train.T}; "
                 f"fix: lower record.t_min or raise train.T"
             )
+        return self
+
+
+# ----------------------------------------------------------------------------- theory
+class PerturbedInit(StrictModel):
+    """The exact law of the finite-D initial overlaps: k_h ~ N(0, σ0² I_D) at D = task.D.
+
+    M_hf ~ N(0, σ0²/D) and Q = MMᵀ + σ0² W/D with W ~ Wishart(D − F, I_H): a symmetric state plus a
+    seeded perturbation of size σ0/√D (one per seed).
+    """
+
+    kind: Literal["perturbed"] = "perturbed"
+
+
+class SymmetricInit(StrictModel):
+    """M = 0, Q = σ0² I, b = b0: the D → ∞ initial state; identical heads never specialise."""
+
+    kind: Literal["symmetric"] = "symmetric"
+
+
+class GivenInit(StrictModel):
+    """A user-given state (M, Q, b); Q and the joint covariance [[Q, M], [Mᵀ, I]] must be PSD."""
+
+    kind: Literal["given"] = "given"
+    M: Annotated[list[Vector], Field(min_length=1)] = Field(description="H rows of F numbers")
+    Q: Annotated[list[Vector], Field(min_length=1)] = Field(description="H×H, symmetric")
+    b: Vector | None = Field(None, description="H biases (default: model.b0 rule)")
+
+
+class SimulationInit(StrictModel):
+    """The exact initial (M, Q, b) of the seeds of a simulation result file."""
+
+    kind: Literal["simulation"] = "simulation"
+    path: str = Field(description="a result file written by `headspec simulate`")
+    seeds: list[Annotated[int, Strict()]] | None = Field(
+        None, description="seed ids to start from (default: all seeds of the file)"
+    )
+
+
+Init = Annotated[
+    PerturbedInit | SymmetricInit | GivenInit | SimulationInit, Field(discriminator="kind")
+]
+
+
+class TheoryOptions(StrictModel):
+    """How the ODE's expectations are estimated and integrated."""
+
+    n: Annotated[int, Strict(), Field(ge=2)] = Field(
+        8192, description="base samples of the drift's expectations (common random numbers)"
+    )
+    sampler: Literal["mc", "sobol"] = Field(
+        "sobol", description="plain Monte Carlo or scrambled Sobol quasi-Monte Carlo"
+    )
+    sample_seed: Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)] = 0
+    rtol: float = Field(1e-5, gt=0, description="relative tolerance of the adaptive solver")
+    atol: float = Field(1e-7, gt=0, description="absolute tolerance of the adaptive solver")
+    max_steps: Annotated[int, Strict(), Field(ge=1)] = Field(
+        100_000, description="solver steps allowed between two grid points"
+    )
+    init: Init = Field(default_factory=PerturbedInit)
+
+
+class TheoryConfig(StrictModel):
+    """Everything `headspec theory` needs (task, model, train, record as for `simulate`)."""
+
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    record: RecordConfig = Field(default_factory=RecordConfig)
+    theory: TheoryOptions = Field(default_factory=TheoryOptions)
+    seed: Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)] = Field(0, description="first seed")
+    seeds: PositiveInt = Field(1, description="perturbed initial states: seeds seed, seed+1, …")
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.record.grid == "log" and self.record.t_min >= self.train.T:
+            raise ValueError(
+                f"record.t_min = {self.record.t_min} is not below train.T = {self.train.T}; "
+                f"fix: lower record.t_min or raise train.T"
+            )
+        init = self.theory.init
+        if init.kind == "given":
+            H, F = self.model.H, self.task.latent.F
+            if len(init.M) != H or any(len(r) != F for r in init.M):
+                raise ValueError(
+                    f"theory.init.M must be {H}×{F} (model.H × latent F); fix: give H rows of "
+                    f"F numbers"
+                )
+            if len(init.Q) != H or any(len(r) != H for r in init.Q):
+                raise ValueError(f"theory.init.Q must be {H}×{H}; fix: give an H×H matrix")
+            if init.b is not None and len(init.b) != H:
+                raise ValueError(f"theory.init.b must have H = {H} entries; fix: give {H} biases")
+            M, Q = np.asarray(init.M), np.asarray(init.Q)
+            tol = 1e-9 * max(1.0, float(np.abs(Q).max()))
+            if not np.allclose(Q, Q.T, atol=tol, rtol=0):
+                raise ValueError("theory.init.Q is not symmetric; fix: make Q[i][j] = Q[j][i]")
+            w = float(np.linalg.eigvalsh(Q - M @ M.T).min())
+            if w < -tol:
+                raise ValueError(
+                    f"theory.init: Q − MMᵀ is not positive semi-definite (smallest eigenvalue "
+                    f"{w:.3g}), so no keys have these overlaps; fix: give Q ⪰ MMᵀ (|k_h|² ≥ "
+                    f"|M_h|²)"
+                )
         return self
