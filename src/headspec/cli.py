@@ -310,6 +310,184 @@ def _summary(ds) -> None:
     out.print(table)
 
 
+@app.command()
+def theory(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    init_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--init-from",
+            help="Start from the exact initial (M, Q, b) of a simulation result; its task, model, "
+            "train and record settings become the defaults.",
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed", help="With --init-from: the seed of that file to start from (default: all)."
+        ),
+    ] = None,
+    H: Annotated[int | None, typer.Option("--H", help="Heads (model.H).")] = None,
+    L: Annotated[int | None, typer.Option("--L", help="Tokens per sequence (task.L).")] = None,
+    D: Annotated[
+        int | None, typer.Option("--D", help="Dimension of the perturbed initial state (task.D).")
+    ] = None,
+    T: Annotated[float | None, typer.Option("--T", help="Time horizon.")] = None,
+    activation: Annotated[
+        str | None, typer.Option("--activation", "-a", help="softmax | softmax1 | bayes_softmax.")
+    ] = None,
+    latent: Annotated[
+        str | None, typer.Option("--latent", help="Latent law as a TOML inline table.")
+    ] = None,
+    lr: Annotated[float | None, typer.Option("--lr", help="Learning rate η.")] = None,
+    n: Annotated[
+        int | None, typer.Option("--n", help="Base samples of the drift (theory.n).")
+    ] = None,
+    out_path: Annotated[Path, typer.Option("--out", "-o", help="Result file (netCDF).")] = Path(
+        "theory.nc"
+    ),
+    plot: Annotated[bool, typer.Option("--plot/--no-plot", help="Also write PNG figures.")] = False,
+):
+    """Integrate the D → ∞ order-parameter ODE (SPEC §5) on the simulator's time grid.
+
+    Same task/model/train/record options as `simulate`; the result has the same schema, so
+    `headspec compare SIM.nc THEORY.nc` overlays them. Initial state: the exact law of the
+    finite-D initial overlaps at task.D (default, one per seed), `theory.init={kind="symmetric"}`,
+    a given state `theory.init={kind="given", M=[[…]], Q=[[…]]}`, or --init-from a simulation.
+    """
+    from headspec import results
+    from headspec.config import TheoryConfig
+
+    overrides = _overrides(
+        set_,
+        [("model.H", H), ("task.L", L), ("task.D", D), ("train.T", T), ("train.lr", lr),
+         ("theory.n", n)],
+        [("model.activation", activation)],
+    )  # fmt: skip
+    if latent is not None:
+        overrides.append(f"task.latent={latent}")
+    base = None
+    if init_from is not None:
+        try:
+            sim_cfg = results.config_of(results.load(init_from))
+        except results.ResultError as e:
+            fail(str(e))
+        base = {k: sim_cfg[k] for k in ("task", "model", "train", "record") if k in sim_cfg}
+        init = {"kind": "simulation", "path": str(init_from)}
+        if seed is not None:
+            init["seeds"] = [seed]
+        base["theory"] = {"init": init}
+    elif seed is not None:
+        overrides.append(f"seed={seed}")
+    try:
+        cfg = load_config(TheoryConfig, config, overrides, base=base)
+    except ConfigError as e:
+        fail(str(e))
+    check_output_path(out_path)
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from headspec.theory import solve
+
+    m, tk = cfg.model, cfg.task
+    err.print(
+        f"theory: {m.activation}, H = {m.H}, L = {tk.L}, {tk.latent.kind} law, η = "
+        f"{cfg.train.lr:g}, T = {cfg.train.T:g}, init {cfg.theory.init.kind}, "
+        f"{cfg.theory.sampler} with n = {cfg.theory.n}",
+        highlight=False,
+    )
+    with Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TextColumn("t = {task.completed:.3g} / {task.total:.3g}"),
+        TimeElapsedColumn(),
+        console=err,
+    ) as bar:
+        job = bar.add_task("compiling…", total=cfg.train.T)
+
+        def progress(t, total):
+            bar.update(job, completed=t, description="integrating")
+
+        try:
+            ds = solve(cfg, progress=progress)
+        except ValueError as e:  # inconsistent init (e.g. a simulation of another model)
+            fail(str(e))
+    results.save(ds, out_path)
+    _summary(ds)
+    out.print(f"wrote {out_path} ({ds.attrs['solver_steps']} solver steps)")
+    if plot:
+        from headspec.plots import save_figures
+
+        for p in save_figures(ds, out_path.parent, prefix=out_path.stem + "_"):
+            out.print(f"wrote {p}")
+    failed = [int(s) for s, f in zip(ds.seed.values, ds.failed.values, strict=True) if f]
+    if failed:
+        err.print(
+            f"error: the solver failed for seed(s) {failed} (step limit or non-finite state); "
+            "fix: raise theory.max_steps, loosen theory.rtol, or lower train.lr",
+            markup=False,
+            style="red",
+        )
+        raise typer.Exit(3)
+
+
+@app.command()
+def compare(
+    sim: Annotated[Path, typer.Argument(help="A simulation result.")],
+    theory_file: Annotated[Path, typer.Argument(help="A theory result.")],
+    until: Annotated[
+        float | None, typer.Option("--until", help="Compare only up to this time.")
+    ] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out-dir", "-o", help="Folder for figures (default: beside).")
+    ] = None,
+    formats: Annotated[
+        list[str] | None, typer.Option("--format", "-f", help="png, pdf or svg; repeatable.")
+    ] = None,
+):
+    """Overlay a simulation and a theory (risk and overlaps) and print the largest deviations."""
+    from headspec import results
+    from headspec.analysis import compare as compare_results
+
+    fmts = tuple(formats or ["png"])
+    bad = [f for f in fmts if f not in ("png", "pdf", "svg")]
+    if bad:
+        fail(f"--format {bad[0]!r} is not supported; fix: use png, pdf or svg")
+    try:
+        s_ds, t_ds = results.load(sim), results.load(theory_file)
+    except results.ResultError as e:
+        fail(str(e))
+    if s_ds.sizes["head"] != t_ds.sizes["head"] or s_ds.sizes["feature"] != t_ds.sizes["feature"]:
+        fail("the two results have different numbers of heads or features; fix: compare runs "
+             "of the same model")  # fmt: skip
+    dev = compare_results(s_ds, t_ds, until=until)
+    window = "" if until is None else f" for t ≤ {until:g}"
+    table = Table(title=f"largest deviation, simulation − theory{window}")
+    for col in ("quantity", "max |Δ|", "at t", "note"):
+        table.add_column(col)
+    for q, d in dev.items():
+        val = f"{100 * d['max_dev']:.2f} %" if d["relative"] else f"{d['max_dev']:.4f}"
+        note = "relative to theory" if d["relative"] else "absolute, worst entry"
+        if "sim_se" in d:
+            note += f"; s.e. of the simulation mean {d['sim_se']:.4f}"
+        table.add_row(q, val, f"{d['t']:.4g}", note)
+    out.print(table)
+    folder = out_dir or sim.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    from headspec.plots import plot_compare_overlaps, plot_risk
+
+    stem = f"{sim.stem}_vs_{theory_file.stem}"
+    for name, fig in (
+        ("risk", plot_risk(s_ds, theory=t_ds)),
+        ("overlaps", plot_compare_overlaps(s_ds, t_ds)),
+    ):
+        for fmt in fmts:
+            path = folder / f"{stem}_{name}.{fmt}"
+            fig.savefig(path, format=fmt, dpi=150)
+            out.print(f"wrote {path}")
+
+
 @app.command("plot")
 def plot_cmd(
     result: Annotated[Path, typer.Argument(help="A result file written by simulate or theory.")],

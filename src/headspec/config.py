@@ -446,10 +446,15 @@ def _set_kind(data, path, value):
 
 
 def load_config(
-    model: type[T], path: str | Path | None = None, overrides: list[str] | None = None
+    model: type[T],
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    base: dict[str, Any] | None = None,
 ) -> T:
-    """Build a validated config from an optional TOML file plus dotted overrides."""
+    """Build a validated config: defaults, then ``base`` (a dict), the TOML file, the overrides."""
     data = model.model_construct().model_dump() if _has_defaults(model) else {}
+    if base is not None:
+        data = merge(data, base)
     if path is not None:
         data = merge(data, read_toml(path))
     data = apply_overrides(data, list(overrides or []))

@@ -30,7 +30,13 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-__all__ = ["plot_head_similarity", "plot_overlaps", "plot_risk", "save_figures"]
+__all__ = [
+    "plot_compare_overlaps",
+    "plot_head_similarity",
+    "plot_overlaps",
+    "plot_risk",
+    "save_figures",
+]
 
 SIM_COLOR = "C0"
 THEORY_COLOR = "C1"
@@ -372,6 +378,49 @@ def plot_overlaps(ds: xr.Dataset, seed: int | None = None) -> Figure:
     failed = _failed(ds)[i]
     note = " (diverged)" if failed else ""
     fig.suptitle(_title(ds, f"cosine overlaps, seed {seed_id}{note}"), fontsize="medium")
+    return fig
+
+
+def plot_compare_overlaps(sim: xr.Dataset, theory: xr.Dataset) -> Figure:
+    """Cosine overlaps of simulation (thin) and theory (bold) on one figure, one panel per feature.
+
+    If the theory started from some of the simulation's seeds, the first such seed is shown for
+    both (same initial state, same head identities); otherwise every simulated seed is drawn thin
+    and the theory's first seed bold.
+    """
+    from headspec.analysis import align_time
+
+    th = align_time(sim, theory)
+    common = [s for s in th.seed.values if s in set(sim.seed.values)]
+    sims = sim.sel(seed=[common[0]]) if common else sim
+    th1 = th.sel(seed=common[0]) if common else th.isel(seed=0)
+    pos = sim.t.values > 0
+    t = sim.t.values[pos]
+    H, F = sim.sizes["head"], sim.sizes["feature"]
+    colors = _head_colors(H)
+    fig = Figure(figsize=(4.2 * F + 1.2, 3.6), layout="constrained")
+    axes = fig.subplots(1, F, squeeze=False).ravel()
+    for f in range(F):
+        ax = axes[f]
+        for h in range(H):
+            for s in range(sims.sizes["seed"]):
+                ax.plot(t, sims.cos.values[s, pos, h, f], color=colors[h], lw=0.7, alpha=0.5)
+            ax.plot(t, th1.cos.values[pos, h, f], color=colors[h], lw=2.2)
+        ax.axhline(0.0, color="0.6", lw=0.6)
+        _log_x(ax, t)
+        ax.set_ylabel(f"cos(k_h, k*_{f})")
+        ax.set_title(f"feature {f}", fontsize="medium")
+        ax.grid(True, alpha=0.3)
+    handles = [Line2D([], [], color=colors[h], lw=1.5, label=f"head {h}") for h in range(H)][:16]
+    handles += [
+        Line2D([], [], color="0.3", lw=0.7, alpha=0.6, label="simulation"),
+        Line2D([], [], color="0.3", lw=2.2, label="theory (D → ∞)"),
+    ]
+    fig.legend(handles=handles, loc="outside right upper", fontsize="small")
+    which = f"seed {int(common[0])}" if common else f"{sims.sizes['seed']} seeds"
+    fig.suptitle(
+        _title(sim, f"cosine overlaps, simulation vs theory ({which})\n"), fontsize="medium"
+    )
     return fig
 
 
