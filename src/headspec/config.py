@@ -566,7 +566,11 @@ class PerturbedInit(StrictModel):
 
 
 class SymmetricInit(StrictModel):
-    """M = 0, Q = σ0² I, b = b0: the D → ∞ initial state; identical heads never specialise."""
+    """M = 0, Q = σ0² I, b = b0: the D → ∞ initial state; identical heads never specialise.
+
+    The drift's base samples are then closed under cyclic shifts of the heads (cost × H), so the
+    estimated drift keeps the heads exactly identical.
+    """
 
     kind: Literal["symmetric"] = "symmetric"
 

@@ -204,16 +204,41 @@ class Gaussian(LatentLaw):
 
 
 def psd_root(S: Array, rtol: float = 1e-12) -> Array:
-    """A matrix R with R Rᵀ = S for a symmetric PSD S, tolerating singular S.
+    """The symmetric square root R = S^{1/2} (so R Rᵀ = S) of a symmetric PSD S.
 
-    Uses the eigen-decomposition; eigenvalues below ``rtol · max(1, λ_max)`` (round-off of a
-    singular matrix) are set to zero, so an exactly rank-deficient S gives an exactly
-    rank-deficient root.
+    Singular S is fine: eigenvalues below ``rtol · max(1, λ_max)`` (round-off of a singular
+    matrix) are set to zero, so an exactly rank-deficient S gives an exactly rank-deficient root.
+    The symmetric root (not V√Λ) is a smooth function of S wherever S is positive definite, even
+    with repeated eigenvalues, so ``jax.jacfwd`` through it is finite there; its derivative is
+    infinite only where S is singular (a genuine property of the square root).
     """
     S = 0.5 * (S + S.T)
     if S.shape[0] == 0:
         return S
+    return _sym_sqrt(S, rtol)
+
+
+def _clipped_eigh(S, rtol):
     w, V = jnp.linalg.eigh(S)  # (n,), (n, n)
     cut = rtol * jnp.maximum(1.0, jnp.max(jnp.abs(w)))
-    w = jnp.where(w > cut, w, 0.0)
-    return V * jnp.sqrt(w)[None, :]  # (n, n)
+    return jnp.where(w > cut, w, 0.0), V
+
+
+@jax.custom_jvp
+def _sym_sqrt(S, rtol):
+    w, V = _clipped_eigh(S, rtol)
+    return (V * jnp.sqrt(w)[None, :]) @ V.T  # (n, n)
+
+
+@_sym_sqrt.defjvp
+def _sym_sqrt_jvp(primals, tangents):
+    S, rtol = primals
+    dS, _ = tangents
+    w, V = _clipped_eigh(S, rtol)
+    r = jnp.sqrt(w)  # (n,)
+    R = (V * r[None, :]) @ V.T
+    # R dR + dR R = dS  ⇒  in the eigenbasis (dR)_ij = (Vᵀ dS V)_ij / (r_i + r_j)
+    A = V.T @ (0.5 * (dS + dS.T)) @ V  # (n, n)
+    denom = r[:, None] + r[None, :]
+    X = jnp.where(A == 0, 0.0, A / jnp.where(A == 0, 1.0, denom))
+    return R, V @ X @ V.T

@@ -128,11 +128,15 @@ def load(path: str | Path) -> xr.Dataset:
         ds = xr.load_dataset(path, engine="h5netcdf")
     except Exception as e:  # corrupt or not netCDF
         raise ResultError(
-            f"{path} is not a readable netCDF result ({type(e).__name__}: {e})"
+            f"{path} is not a readable netCDF result ({type(e).__name__}: {e}); fix: give a file "
+            "written by headspec simulate or theory"
         ) from None
     version = ds.attrs.get("schema_version")
     if version is None or ds.attrs.get("kind") not in KINDS:
-        raise ResultError(f"{path} is not a headspec result (no schema_version/kind attributes)")
+        raise ResultError(
+            f"{path} is not a headspec result (no schema_version/kind attributes); fix: give a "
+            f"file written by headspec simulate or theory"
+        )
     if int(version) != SCHEMA_VERSION:
         raise ResultError(
             f"{path} has result schema {int(version)}, this headspec reads schema "
