@@ -540,8 +540,27 @@ def _root(
     """headspec: how attention heads specialise, in simulation and theory."""
 
 
+def _enable_compilation_cache() -> None:
+    """Keep JAX's compiled programs on disk, so a repeated command skips most compile time.
+
+    Folder: $HEADSPEC_JAX_CACHE, else ~/.cache/headspec/jax; HEADSPEC_JAX_CACHE=off disables it.
+    """
+    import jax
+
+    folder = os.environ.get("HEADSPEC_JAX_CACHE", str(Path.home() / ".cache/headspec/jax"))
+    if folder.lower() in ("", "0", "off", "none"):
+        return
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", folder)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    except OSError:  # read-only home: run without the cache
+        pass
+
+
 def main() -> None:
     """Console entry point."""
+    _enable_compilation_cache()
     sys.exit(app())
 
 
