@@ -135,25 +135,27 @@ def default_bias(activation: str, H: int, L: int) -> float:
     return 0.0
 
 
-def scores(K: Array, b: Array, X: Array) -> Array:
+def scores(K: Array, b: Array, X: Array, D: int | None = None) -> Array:
     """s_hl = k_h·x_l/√D + b_h for keys K (H, D), biases b (H,), tokens X (..., L, D).
 
-    Returns shape (..., H, L).
+    Returns shape (..., H, L). ``D`` defaults to the last axis of X; give it when keys and tokens
+    are coordinates in a smaller basis of the D-dimensional space (the reduced engine).
     """
-    D = X.shape[-1]
+    D = X.shape[-1] if D is None else D
     lam = jnp.einsum("...ld,hd->...hl", X, K) / jnp.sqrt(D)  # (..., H, L)
     return lam + b[:, None]  # (..., H, L)
 
 
-def predict(K: Array, b: Array, X: Array, activation: Activation) -> Array:
-    """ŷ(X) = Σ_h Σ_l A_hl x_l, shape (..., D)."""
-    W = activation.token_weights(scores(K, b, X))  # (..., L)
+def predict(K: Array, b: Array, X: Array, activation: Activation, D: int | None = None) -> Array:
+    """ŷ(X) = Σ_h Σ_l A_hl x_l, shape (..., D) (``D`` as in :func:`scores`)."""
+    W = activation.token_weights(scores(K, b, X, D))  # (..., L)
     return jnp.einsum("...l,...ld->...d", W, X)  # (..., D)
 
 
-def loss_finite(yhat: Array, y: Array) -> Array:
-    """Exact finite-D loss |ŷ − y|²/(2D) per sample: (..., D) → (...)."""
-    return 0.5 * jnp.sum((yhat - y) ** 2, axis=-1) / y.shape[-1]  # (...)
+def loss_finite(yhat: Array, y: Array, D: int | None = None) -> Array:
+    """Exact finite-D loss |ŷ − y|²/(2D) per sample: (..., D) → (...); ``D`` as in scores."""
+    D = y.shape[-1] if D is None else D
+    return 0.5 * jnp.sum((yhat - y) ** 2, axis=-1) / D  # (...)
 
 
 def loss_projected(W: Array, eps: Array) -> Array:

@@ -194,6 +194,13 @@ def simulate(
     lr: Annotated[float | None, typer.Option("--lr", help="Learning rate η (train.lr).")] = None,
     seeds: Annotated[int | None, typer.Option("--seeds", help="Independent runs.")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="First seed.")] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            "--engine",
+            help="full (D-dimensional) or reduced (exact, cost per step independent of D).",
+        ),
+    ] = None,
     out_path: Annotated[Path, typer.Option("--out", "-o", help="Result file (netCDF).")] = Path(
         "simulation.nc"
     ),
@@ -218,7 +225,7 @@ def simulate(
             ("seeds", seeds),
             ("seed", seed),
         ],
-        [("model.activation", activation)],
+        [("model.activation", activation), ("train.engine", engine)],
     )
     if latent is not None:
         overrides.append(f"task.latent={latent}")
@@ -243,7 +250,8 @@ def simulate(
     m, tk = cfg.model, cfg.task
     err.print(
         f"simulate: {m.activation}, H = {m.H}, L = {tk.L}, D = {tk.D}, {tk.latent.kind} law, "
-        f"η = {cfg.train.lr:g}, T = {cfg.train.T:g}, {cfg.seeds} seeds, {cfg.train.dtype}",
+        f"η = {cfg.train.lr:g}, T = {cfg.train.T:g}, {cfg.seeds} seeds, {cfg.train.dtype}, "
+        f"{cfg.train.engine} engine",
         highlight=False,
     )
     with Progress(

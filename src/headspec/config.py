@@ -509,6 +509,11 @@ class TrainConfig(StrictModel):
     batch: PositiveInt = Field(1, description="fresh sequences per step (summed, not averaged)")
     schedule: Schedule = Field(default_factory=ConstantSchedule)
     dtype: Literal["float32", "float64"] = Field("float32", description="simulation precision")
+    engine: Literal["full", "reduced"] = Field(
+        "full",
+        description="'full' (D-dimensional keys and tokens) or 'reduced' (exact, coordinates "
+        "in span(K*, K): per-step cost independent of D; needs D − F − H ≥ batch·L)",
+    )
 
 
 class RecordConfig(StrictModel):
@@ -546,6 +551,12 @@ class SimulateConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self):
+        F, H, L, D, B = self.task.latent.F, self.model.H, self.task.L, self.task.D, self.train.batch
+        if self.train.engine == "reduced" and D - F - H < B * L:
+            raise ValueError(
+                f'train.engine = "reduced" needs task.D − F − model.H ≥ train.batch·task.L, got '
+                f'{D} − {F} − {H} < {B * L}; fix: use train.engine = "full" or a larger task.D'
+            )
         if self.record.grid == "log" and self.record.t_min >= self.train.T:
             raise ValueError(
                 f"record.t_min = {self.record.t_min} is not below train.T = {self.train.T}; "

@@ -187,6 +187,20 @@ def observe(sgd: SGD, state: State, U: Array, base: BaseSamples, test: TestSet |
     return Observation(*jax.vmap(one, in_axes=in_axes)(state.K, state.b, U, tX, ty, ta))
 
 
+@eqx.filter_jit
+def observe_reduced(sgd: SGD, state, base: BaseSamples) -> Observation:
+    """Order parameters and the D → ∞ risk for the reduced engine (no held-out batch)."""
+    from headspec.reduced import overlaps
+
+    J = sgd.law.J if sgd.law.is_discrete else 0
+    M, Q = overlaps(state, sgd.D)
+    b = state.b.astype(jnp.float64)
+    r = jax.vmap(lambda M, Q, b: population_risk(M, Q, b, sgd.activation, sgd.law, base))(M, Q, b)
+    S = M.shape[0]
+    nan = jnp.full((S,), jnp.nan)
+    return Observation(M, Q, b, r.mean, r.se, r.by_atom, nan, nan, jnp.full((S, J), jnp.nan))
+
+
 # ----------------------------------------------------------------------------- time grid
 def time_grid(record, T: float, D: int, B: int) -> tuple[np.ndarray, np.ndarray]:
     """Steps and times t = step·B/D of the recording grid (SPEC §8); t = 0 first.
@@ -254,29 +268,54 @@ def simulate(cfg, progress: Callable[[int, int], None] | None = None, schedule=N
     ``progress(steps_done, steps_total)`` is called after every chunk; ``schedule`` (a hashable
     pure function t ↦ η(t)/η) overrides the config's schedule.
     """
-    from headspec import results
+    from headspec import reduced, results
     from headspec.bayes import bayes_risk
 
     dtype = jnp.float32 if cfg.train.dtype == "float32" else jnp.float64
     sgd, law = build(cfg, schedule)
     seed_ids = np.arange(cfg.seed, cfg.seed + cfg.seeds)
     keys = seed_keys(seed_ids)
-    state, U = initial_state(cfg, keys, dtype)
-    n_test = cfg.record.n_test
-    if n_test is None:
-        n_test = default_n_test(cfg.seeds, cfg.task.L, cfg.task.D, jnp.dtype(dtype).itemsize)
-    test = make_test_set(keys["test"], law, U, cfg.task.L, n_test) if n_test >= 2 else None
     base = BaseSamples.draw(
         mc_key(cfg.record.mc_seed), law, cfg.task.L, cfg.model.H, cfg.record.n_mc
     )
+    engine = cfg.train.engine
+    if engine == "reduced":
+        F, H, D = law.F, cfg.model.H, cfg.task.D
+        reduced.check_dimensions(D, F, H, cfg.task.L, cfg.train.batch)
+        b0 = (
+            default_bias(cfg.model.activation, H, cfg.task.L)
+            if cfg.model.b0 is None
+            else (cfg.model.b0)
+        )
+        state = reduced.initial_state(keys["init"], F, H, D, cfg.model.sigma0, b0, dtype)
+        n_test = 0
+
+        def run(state, s0, n):
+            return reduced.advance(sgd, state, keys["train"], s0, n)
+
+        def look(state):
+            return observe_reduced(sgd, state, base)
+    else:
+        state, U = initial_state(cfg, keys, dtype)
+        n_test = cfg.record.n_test
+        if n_test is None:
+            n_test = default_n_test(cfg.seeds, cfg.task.L, cfg.task.D, jnp.dtype(dtype).itemsize)
+        test = make_test_set(keys["test"], law, U, cfg.task.L, n_test) if n_test >= 2 else None
+
+        def run(state, s0, n):
+            return advance(sgd, state, U, keys["train"], s0, n)
+
+        def look(state):
+            return observe(sgd, state, U, base, test)
+
     steps, ts = time_grid(cfg.record, cfg.train.T, cfg.task.D, cfg.train.batch)
     obs = []
     done = 0
     for target in steps:
         if target > done:
-            state = advance(sgd, state, U, keys["train"], jnp.int64(done), jnp.int64(target - done))
+            state = run(state, jnp.int64(done), jnp.int64(target - done))
             done = int(target)
-        obs.append(jax.tree.map(np.asarray, observe(sgd, state, U, base, test)))
+        obs.append(jax.tree.map(np.asarray, look(state)))
         if progress is not None:
             progress(done, int(steps[-1]))
     stacked = Observation(*[np.stack(x, axis=1) for x in zip(*obs, strict=True)])  # (S, T, …)
@@ -292,7 +331,7 @@ def simulate(cfg, progress: Callable[[int, int], None] | None = None, schedule=N
         fail_t=np.where(fail_step >= 0, fail_step * cfg.train.batch / cfg.task.D, np.nan),
         config=cfg,
         extra_attrs={
-            "engine": "full",
+            "engine": engine,
             "bayes_risk": rb.mean,
             "bayes_risk_se": rb.se,
             "n_test": n_test,

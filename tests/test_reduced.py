@@ -1,0 +1,136 @@
+"""The reduced engine has the law of the full engine (it is exact, not an approximation).
+
+Two-sample tests per quantity (Welch's t-test for the means, Brown–Forsythe/Levene for the
+variances) at a Bonferroni-corrected level: with ~50 tests per activation and p > 1e-4 each, a
+correct engine passes with probability > 99.5 %; the seeds are fixed, so the outcome is
+reproducible. Summaries are invariant under permuting the heads (sorted over heads per seed).
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy import stats
+
+from headspec import reduced
+from headspec.config import SimulateConfig, load_config
+from headspec.sgd import initial_state, seed_keys, simulate
+
+P_MIN = 1e-4
+LAW = 'task.latent={kind="discrete", atoms=[[2.5, 0.0], [0.0, 2.5]], probs=[0.7, 0.3]}'
+
+
+def _summaries(ds):
+    """Per-seed permutation-invariant summaries at the final time: name → (S,) arrays."""
+    last = ds.isel(t=-1)
+    M, Q, b = last.M.values, last.Q.values, last.b.values  # (S, H, F), (S, H, H), (S, H)
+    H = M.shape[1]
+    iu = np.triu_indices(H, 1)
+    out = {"risk": last.risk.values}
+    for f in range(M.shape[2]):
+        for k, v in enumerate(np.sort(M[:, :, f], axis=1).T):
+            out[f"M[:, {f}] sorted #{k}"] = v
+    for k, v in enumerate(np.sort(np.einsum("shh->sh", Q), axis=1).T):
+        out[f"Q diag sorted #{k}"] = v
+    for k, v in enumerate(np.sort(Q[:, iu[0], iu[1]], axis=1).T):
+        out[f"Q off-diag sorted #{k}"] = v
+    for k, v in enumerate(np.sort(b, axis=1).T):
+        out[f"b sorted #{k}"] = v
+    return out
+
+
+def _same_law(a: dict, b: dict):
+    bad = []
+    for name in a:
+        x, y = a[name], b[name]
+        if np.std(x) == 0 and np.std(y) == 0:  # e.g. softmax biases never move
+            assert np.allclose(x, y), name
+            continue
+        p_mean = stats.ttest_ind(x, y, equal_var=False).pvalue
+        p_var = stats.levene(x, y, center="median").pvalue
+        if min(p_mean, p_var) < P_MIN:
+            bad.append((name, p_mean, p_var, x.mean(), y.mean(), x.std(), y.std()))
+    return bad
+
+
+def _run(engine, activation, D, T, seeds, seed=0):
+    cfg = load_config(
+        SimulateConfig,
+        overrides=[LAW, f"task.D={D}", "task.L=6", "model.H=3",
+                   f'model.activation="{activation}"', f"train.T={T}", f"seeds={seeds}",
+                   f"seed={seed}", f'train.engine="{engine}"', "record.points=2",
+                   "record.n_test=0", "record.n_mc=512", 'train.dtype="float64"'],
+    )  # fmt: skip
+    return simulate(cfg)
+
+
+@pytest.mark.parametrize("activation", ["softmax", "softmax1", "bayes_softmax"])
+def test_reduced_engine_has_the_law_of_the_full_engine(activation):
+    """D = 40, H = 3, L = 6, F = 2, atoms 2.5e₁ (p = 0.7), 2.5e₂; t = 20; 400 seeds per engine
+    (disjoint seed ranges, so the two samples are independent)."""
+    full = _summaries(_run("full", activation, D=40, T=20.0, seeds=400, seed=0))
+    red = _summaries(_run("reduced", activation, D=40, T=20.0, seeds=400, seed=10_000))
+    bad = _same_law(full, red)
+    assert not bad, bad
+    # the test has power: the risk moved far from its initial value ½(1 − 1/L) ≈ 0.417
+    assert full["risk"].mean() < 0.36
+
+
+def test_two_sample_test_detects_a_different_law():
+    """Power check of the same machinery: a run with another learning rate is told apart."""
+    a = _summaries(_run("full", "softmax", D=40, T=20.0, seeds=400, seed=0))
+    cfg_b = _run("reduced", "softmax", D=40, T=14.0, seeds=400, seed=10_000)  # less training
+    assert _same_law(a, _summaries(cfg_b))
+
+
+@pytest.mark.slow
+def test_reduced_engine_matches_full_engine_at_d2000():
+    full = _summaries(_run("full", "softmax", D=2000, T=2.0, seeds=64, seed=0))
+    red = _summaries(_run("reduced", "softmax", D=2000, T=2.0, seeds=64, seed=10_000))
+    assert not _same_law(full, red)
+
+
+def test_initial_state_has_the_law_of_the_full_engine():
+    """M(0), Q(0) of the reduced representation vs D-dimensional keys k_h ~ N(0, σ0² I_D);
+    D = 30, H = 3, F = 2, σ0 = 0.5, 4000 seeds each."""
+    D, H, F, sigma0, S = 30, 3, 2, 0.5, 4000
+    cfg = load_config(
+        SimulateConfig,
+        overrides=[LAW, f"task.D={D}", "task.L=6", f"model.H={H}", f"model.sigma0={sigma0}",
+                   f"seeds={S}", 'train.dtype="float64"'],
+    )  # fmt: skip
+    st, U = initial_state(cfg, seed_keys(np.arange(S)), jnp.float64)
+    M_full = np.einsum("shd,sdf->shf", st.K, U) / np.sqrt(D)
+    Q_full = np.einsum("shd,skd->shk", st.K, st.K) / D
+    keys = jax.vmap(lambda s: jax.random.key(s))(jnp.arange(S) + 50_000)
+    rs = reduced.initial_state(keys, F, H, D, sigma0, 0.0, jnp.float64)
+    M_red, Q_red = (np.asarray(x) for x in reduced.overlaps(rs, D))
+    pairs = {
+        "M": (M_full.reshape(S, -1), M_red.reshape(S, -1)),
+        "Q": (Q_full.reshape(S, -1), Q_red.reshape(S, -1)),
+    }
+    for name, (x, y) in pairs.items():
+        for j in range(x.shape[1]):
+            ks = stats.ks_2samp(x[:, j], y[:, j]).pvalue
+            assert ks > P_MIN, (name, j, ks)
+    # and the exact moments: E Q_hh = σ0², Var Q_hh = 2σ0⁴/D
+    qd = np.einsum("shh->sh", Q_red).ravel()
+    assert abs(qd.mean() - sigma0**2) < 5 * np.sqrt(2 * sigma0**4 / D / qd.size)
+    assert abs(qd.var() / (2 * sigma0**4 / D) - 1) < 0.1
+
+
+def test_reduced_engine_is_refused_when_d_is_too_small():
+    with pytest.raises(Exception, match=r"needs task\.D"):
+        load_config(SimulateConfig, overrides=['train.engine="reduced"', "task.D=12"])
+
+
+def test_bartlett_factor_has_the_wishart_law():
+    dof, n, S = 9, 4, 20_000
+    keys = jax.random.split(jax.random.key(3), S)
+    T = jax.vmap(lambda k: reduced.bartlett(k, dof, n))(keys)
+    W = np.asarray(jnp.einsum("sij,skj->sik", T, T))
+    np.testing.assert_allclose(W.mean(0), dof * np.eye(n), atol=5 * np.sqrt(2 * dof / S) * 1.5)
+    assert np.allclose(np.triu(np.asarray(T[0]), 1), 0.0)
+    # Var W_ii = 2·dof, Var W_ij = dof
+    assert abs(W[:, 1, 1].var() / (2 * dof) - 1) < 0.06
+    assert abs(W[:, 0, 2].var() / dof - 1) < 0.06
