@@ -53,10 +53,10 @@ def _same_law(a: dict, b: dict):
     return bad
 
 
-def _run(engine, activation, D, T, seeds, seed=0):
+def _run(engine, activation, D, T, seeds, seed=0, law=LAW, extra=()):
     cfg = load_config(
         SimulateConfig,
-        overrides=[LAW, f"task.D={D}", "task.L=6", "model.H=3",
+        overrides=[law, *extra, f"task.D={D}", "task.L=6", "model.H=3",
                    f'model.activation="{activation}"', f"train.T={T}", f"seeds={seeds}",
                    f"seed={seed}", f'train.engine="{engine}"', "record.points=2",
                    "record.n_test=0", "record.n_mc=512", 'train.dtype="float64"'],
@@ -74,6 +74,15 @@ def test_reduced_engine_has_the_law_of_the_full_engine(activation):
     assert not bad, bad
     # the test has power: the risk moved far from its initial value ½(1 − 1/L) ≈ 0.417
     assert full["risk"].mean() < 0.36
+
+
+def test_reduced_engine_with_batches_and_a_gaussian_law():
+    """B = 2 sequences per step, a correlated Gaussian latent law, float64, 300 seeds each."""
+    law = 'task.latent={kind="gaussian", mean=[1.0, 0.5], cov=[[1.0, 0.3], [0.3, 0.5]]}'
+    kw = {"law": law, "extra": ["train.batch=2"]}
+    full = _summaries(_run("full", "softmax1", D=40, T=10.0, seeds=300, seed=0, **kw))
+    red = _summaries(_run("reduced", "softmax1", D=40, T=10.0, seeds=300, seed=10_000, **kw))
+    assert not _same_law(full, red)
 
 
 def test_two_sample_test_detects_a_different_law():
