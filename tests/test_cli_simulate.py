@@ -117,3 +117,14 @@ def test_plot_refuses_missing_foreign_and_newer_files(sim_file, tmp_path):
     assert r.exit_code == 2 and "schema" in _text(r)
     r = runner.invoke(app, ["plot", str(sim_file), "-f", "gif", "-o", str(tmp_path)])
     assert r.exit_code == 2 and "png, pdf or svg" in _text(r)
+
+
+def test_prune_command(sim_file, tmp_path):
+    r = runner.invoke(app, ["prune", str(sim_file), "--seed", "1", "--n", "512", "-o",
+                            str(tmp_path), "--random-orders", "2"])  # fmt: skip
+    assert r.exit_code == 0, _text(r)
+    assert "heads kept" in _text(r) and (tmp_path / "run_prune.png").exists()
+    r = runner.invoke(app, ["prune", str(sim_file), "--seed", "99"])
+    assert r.exit_code == 2 and "--seed 99" in _text(r) and "fix" in _text(r)
+    r = runner.invoke(app, ["prune", str(tmp_path / "missing.nc")])
+    assert r.exit_code == 2 and "does not exist" in _text(r)

@@ -496,6 +496,62 @@ def compare(
             out.print(f"wrote {path}")
 
 
+@app.command()
+def prune(
+    result: Annotated[Path, typer.Argument(help="A result file written by simulate or theory.")],
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Seed of the file to prune (default: the first).")
+    ] = None,
+    n: Annotated[int, typer.Option("--n", help="Base samples of the risk.", min=2)] = 16384,
+    random_orders: Annotated[
+        int, typer.Option("--random-orders", help="Random removal orders to draw.", min=0)
+    ] = 8,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out-dir", "-o", help="Folder for the figure (default: beside)."),
+    ] = None,
+):
+    """Risk after removing heads from the final state, greedily (fewest harm first) and in random
+    orders, for every number of heads kept (SPEC §7 E5)."""
+    import numpy as np
+
+    from headspec import results
+    from headspec.plots import plot_prune
+    from headspec.prune import prune_result
+
+    try:
+        ds = results.load(result)
+    except results.ResultError as e:
+        fail(str(e))
+    seeds = [int(s) for s in ds.seed.values]
+    if seed is not None and seed not in seeds:
+        fail(f"--seed {seed} is not in {result}; fix: use one of {seeds}")
+    i = 0 if seed is None else seeds.index(seed)
+    with err.status("pruning…"):
+        res = prune_result(ds, seed_index=i, n=n, random_orders=random_orders)
+    table = Table(title=f"pruning seed {seeds[i]} of {result.name} at t = {float(ds.t[-1]):g}")
+    for col in ("heads kept", "greedy risk", "head removed", "random orders: mean risk"):
+        table.add_column(col, justify="right")
+    g = res["greedy"]
+    for k, nh in enumerate(res["n_heads"]):
+        rnd = [p["risk"][k] for p in res["random"]]
+        table.add_row(
+            str(nh),
+            f"{g['risk'][k]:.4f}",
+            "—" if k == 0 else f"h{g['removed'][k - 1]}",
+            f"{np.mean(rnd):.4f}" if rnd else "—",
+        )
+    table.caption = f"Bayes risk R_B = {ds.attrs['bayes_risk']:.4f}"
+    out.print(table)
+    folder = out_dir or result.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{result.stem}_prune.png"
+    plot_prune(res, f"pruning, seed {seeds[i]} — {result.name}", ds.attrs["bayes_risk"]).savefig(
+        path, dpi=150
+    )
+    out.print(f"wrote {path}")
+
+
 @app.command("plot")
 def plot_cmd(
     result: Annotated[Path, typer.Argument(help="A result file written by simulate or theory.")],

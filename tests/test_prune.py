@@ -1,0 +1,81 @@
+"""Pruning on constructed models whose answers are known."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from headspec.attention import BayesSoftmax, Softmax, Softmax1
+from headspec.bayes import constructed_bayes_softmax
+from headspec.latent import Discrete, FlippedSpike
+from headspec.prune import prune_path, prune_result
+from headspec.theory import BaseSamples
+
+LAW = Discrete([[2.5, 0.0], [0.0, 2.5]], [0.6, 0.4])
+
+
+def _base(H, law=LAW, n=8192):
+    return BaseSamples.draw(jax.random.key(0), law, 10, H, n)
+
+
+def test_bayes_softmax_optimum_with_a_silent_extra_head():
+    opt = constructed_bayes_softmax(LAW)
+    M = jnp.concatenate([opt.M, jnp.array([[1.0, 1.0]])])  # extra head, far from both atoms
+    Q = jnp.block([[opt.Q, opt.M @ jnp.array([[1.0], [1.0]])], [jnp.array([[2.5, 2.5, 2.0]])]])
+    b = jnp.concatenate([opt.b, jnp.array([-60.0])])  # e^-60: silent under the joint softmax
+    path = prune_path(M, Q, b, BayesSoftmax(), LAW, _base(3))
+    assert path["removed"][0] == 2  # the redundant head goes first …
+    assert path["risk"][1] == pytest.approx(path["risk"][0], abs=1e-12)  # … at no cost
+    # below the number of atoms the risk jumps (one atom's signal is no longer found)
+    assert path["risk"][2] > path["risk"][1] + 0.05
+    assert path["risk"][-1] == 0.5
+    assert path["n_heads"] == [3, 2, 1, 0]
+
+
+def test_softmax_duplicated_heads_prune_back_to_the_same_risk():
+    """Heads (k1, k1, k2, k2) averaged: removing one copy of each gives the same weights
+    (A1 + A2)/2, hence exactly the same risk on the same samples."""
+    a = np.array([[2.5, 0.0], [2.5, 0.0], [0.0, 2.5], [0.0, 2.5]])
+    M = jnp.asarray(a)
+    path = prune_path(M, M @ M.T, jnp.zeros(4), Softmax(), LAW, _base(4))
+    assert path["risk"][2] == pytest.approx(path["risk"][0], abs=1e-12)
+    first_two = sorted(path["removed"][:2])
+    assert first_two[0] in (0, 1) and first_two[1] in (2, 3)  # one copy of each
+    assert path["risk"][3] > path["risk"][2] + 0.01  # one direction left: worse
+
+
+def test_random_order_is_a_permutation_with_the_same_endpoints():
+    rng = np.random.default_rng(1)
+    M = jnp.asarray(rng.normal(size=(4, 2)))
+    Q = M @ M.T + 0.3 * jnp.eye(4)
+    b = jnp.asarray(rng.normal(size=4))
+    g = prune_path(M, Q, b, Softmax1(), LAW, _base(4), "greedy")
+    r = prune_path(M, Q, b, Softmax1(), LAW, _base(4), "random", jax.random.key(5))
+    assert sorted(r["removed"]) == [0, 1, 2, 3]
+    assert r["risk"][0] == g["risk"][0] and r["risk"][-1] == g["risk"][-1] == 0.5
+    assert g["risk"][1] <= r["risk"][1] + 1e-15  # greedy's first removal is the cheapest
+    with pytest.raises(ValueError, match="greedy"):
+        prune_path(M, Q, b, Softmax1(), LAW, _base(4), "alphabetical")
+
+
+def test_flipped_spike_needs_both_signs():
+    law = FlippedSpike([2.5])
+    opt = constructed_bayes_softmax(law)
+    path = prune_path(opt.M, opt.Q, opt.b, BayesSoftmax(), law, _base(2, law))
+    assert path["risk"][1] > path["risk"][0] + 0.05
+
+
+def test_prune_result_of_a_simulation():
+    from headspec.config import SimulateConfig, load_config
+    from headspec.sgd import simulate
+
+    cfg = load_config(
+        SimulateConfig,
+        overrides=["task.D=40", "task.L=4", "model.H=3", "train.T=1.0", "seeds=2",
+                   "record.points=2", "record.n_mc=256", "record.n_test=0"],
+    )  # fmt: skip
+    ds = simulate(cfg)
+    out = prune_result(ds, seed_index=1, n=1024, random_orders=3)
+    assert out["n_heads"] == [3, 2, 1, 0]
+    assert len(out["random"]) == 3
+    assert out["greedy"]["risk"][0] == pytest.approx(float(ds.risk.isel(seed=1, t=-1)), abs=0.05)
