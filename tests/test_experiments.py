@@ -71,3 +71,11 @@ def test_reproduce_refuses_bad_options(tmp_path, args, expect):
     r = CliRunner().invoke(app, ["reproduce", *args, "--out", str(tmp_path / "r")])
     assert r.exit_code == 2 and expect in (r.stdout + r.stderr) and "fix" in (r.stdout + r.stderr)
     assert not (tmp_path / "r").exists()
+
+
+def test_numpy_verdicts_count_as_verdicts():
+    import numpy as np
+
+    assert Claim("c", "q", "v", np.float64(1.0) > 0).holds is True
+    assert Claim("c", "q", "v", np.bool_(False)).holds is False
+    assert Claim("c", "q", "v", None).holds is None

@@ -43,6 +43,10 @@ class Claim:
     holds: bool | None  # None: measured, no verdict
     note: str = ""
 
+    def __post_init__(self):
+        if self.holds is not None:
+            self.holds = bool(self.holds)  # NumPy booleans are not `True`
+
 
 @dataclasses.dataclass
 class Outcome:
