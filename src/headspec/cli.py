@@ -243,7 +243,6 @@ def simulate(
         TimeRemainingColumn,
     )
 
-    from headspec import results
     from headspec.sgd import divergence_message
     from headspec.sgd import simulate as run_simulation
 
@@ -270,19 +269,26 @@ def simulate(
             bar.update(job, completed=done, total=total, description="training")
 
         ds = run_simulation(cfg, progress=progress)
-    results.save(ds, out_path)
-    _summary(ds)
-    out.print(f"wrote {out_path}")
-    if plot:
-        from headspec.plots import save_figures
-
-        for p in save_figures(ds, out_path.parent, prefix=out_path.stem + "_"):
-            out.print(f"wrote {p}")
+    _finish(ds, out_path, plot)
     failed = [i for i in range(ds.sizes["seed"]) if int(ds.failed[i])]
     for i in failed:
         err.print("error: " + divergence_message(ds, i), markup=False, style="red")
     if failed:
         raise typer.Exit(3)
+
+
+def _finish(ds, out_path: Path, plot: bool, extra: str = "") -> None:
+    """Save a result, print its summary, and write its figures if asked."""
+    from headspec import results
+
+    results.save(ds, out_path)
+    _summary(ds)
+    out.print(f"wrote {out_path}{extra}")
+    if plot:
+        from headspec.plots import save_figures
+
+        for p in save_figures(ds, out_path.parent, prefix=out_path.stem + "_"):
+            out.print(f"wrote {p}")
 
 
 def _summary(ds) -> None:
@@ -421,14 +427,7 @@ def theory(
             ds = solve(cfg, progress=progress)
         except ValueError as e:  # inconsistent init (e.g. a simulation of another model)
             fail(str(e))
-    results.save(ds, out_path)
-    _summary(ds)
-    out.print(f"wrote {out_path} ({ds.attrs['solver_steps']} solver steps)")
-    if plot:
-        from headspec.plots import save_figures
-
-        for p in save_figures(ds, out_path.parent, prefix=out_path.stem + "_"):
-            out.print(f"wrote {p}")
+    _finish(ds, out_path, plot, f" ({ds.attrs['solver_steps']} solver steps)")
     failed = [int(s) for s, f in zip(ds.seed.values, ds.failed.values, strict=True) if f]
     if failed:
         err.print(

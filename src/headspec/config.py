@@ -539,6 +539,15 @@ class RecordConfig(StrictModel):
     )
 
 
+def _check_grid(record: RecordConfig, train: TrainConfig) -> None:
+    """The log grid's first time must lie below the horizon."""
+    if record.grid == "log" and record.t_min >= train.T:
+        raise ValueError(
+            f"record.t_min = {record.t_min} is not below train.T = {train.T}; "
+            f"fix: lower record.t_min or raise train.T"
+        )
+
+
 class SimulateConfig(StrictModel):
     """Everything `headspec simulate` needs."""
 
@@ -557,11 +566,7 @@ class SimulateConfig(StrictModel):
                 f'train.engine = "reduced" needs task.D − F − model.H ≥ train.batch·task.L, got '
                 f'{D} − {F} − {H} < {B * L}; fix: use train.engine = "full" or a larger task.D'
             )
-        if self.record.grid == "log" and self.record.t_min >= self.train.T:
-            raise ValueError(
-                f"record.t_min = {self.record.t_min} is not below train.T = {self.train.T}; "
-                f"fix: lower record.t_min or raise train.T"
-            )
+        _check_grid(self.record, self.train)
         return self
 
 
@@ -641,11 +646,7 @@ class TheoryConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self):
-        if self.record.grid == "log" and self.record.t_min >= self.train.T:
-            raise ValueError(
-                f"record.t_min = {self.record.t_min} is not below train.T = {self.train.T}; "
-                f"fix: lower record.t_min or raise train.T"
-            )
+        _check_grid(self.record, self.train)
         init = self.theory.init
         if init.kind == "given":
             H, F = self.model.H, self.task.latent.F
