@@ -548,14 +548,19 @@ def _check_grid(record: RecordConfig, train: TrainConfig) -> None:
         )
 
 
-class SimulateConfig(StrictModel):
-    """Everything `headspec simulate` needs."""
+class _RunConfig(StrictModel):
+    """The sections simulation and theory share: task, model, train, record, first seed."""
 
     task: TaskConfig = Field(default_factory=TaskConfig)
     model: ModelConfig = Field(default_factory=ModelConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     record: RecordConfig = Field(default_factory=RecordConfig)
     seed: Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)] = Field(0, description="first seed")
+
+
+class SimulateConfig(_RunConfig):
+    """Everything `headspec simulate` needs."""
+
     seeds: PositiveInt = Field(8, description="independent runs: seeds seed, seed+1, …")
 
     @model_validator(mode="after")
@@ -633,15 +638,10 @@ class TheoryOptions(StrictModel):
     init: Init = Field(default_factory=PerturbedInit)
 
 
-class TheoryConfig(StrictModel):
+class TheoryConfig(_RunConfig):
     """Everything `headspec theory` needs (task, model, train, record as for `simulate`)."""
 
-    task: TaskConfig = Field(default_factory=TaskConfig)
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    train: TrainConfig = Field(default_factory=TrainConfig)
-    record: RecordConfig = Field(default_factory=RecordConfig)
     theory: TheoryOptions = Field(default_factory=TheoryOptions)
-    seed: Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)] = Field(0, description="first seed")
     seeds: PositiveInt = Field(1, description="perturbed initial states: seeds seed, seed+1, …")
 
     @model_validator(mode="after")

@@ -32,21 +32,19 @@ import numpy as np
 from headspec.attention import Activation
 from headspec.latent import LatentLaw, psd_root
 from headspec.theory import BaseSamples
+from headspec.theory import _projections as token_projections
 
 
-def _projections(M, Q, law: LatentLaw, base: BaseSamples):
+def _all_projections(M, Q, law: LatentLaw, base: BaseSamples):
     """λ (A, n, H, L) for every atom (A = J, or 1 for a continuous law), hidden token at l = 0,
     and the atom weights (A,)."""
     S = psd_root(Q - M @ M.T)  # (H, H)
-    L = base.nu.shape[1]
     if law.is_discrete:
         thetas = jnp.broadcast_to(law.atoms[:, None, :], (law.J, base.n, law.F))  # (J, n, F)
         weights = law.probs
     else:
         thetas, weights = base.theta[None], jnp.ones(1)
-    shift = jax.nn.one_hot(0, L, dtype=base.nu.dtype)[None, None, :, None] * thetas[:, :, None, :]
-    nu = base.nu[None] + shift  # (A, n, L, F)
-    lam = jnp.einsum("anlf,hf->anhl", nu, M) + jnp.einsum("nlk,hk->nhl", base.xi, S)[None]
+    lam = jax.vmap(lambda th: token_projections(M, S, th, base)[1])(thetas)  # (A, n, H, L)
     return lam, weights  # (A, n, H, L), (A,)
 
 
@@ -72,7 +70,7 @@ def prune_path(
     """
     M, Q, b = (jnp.asarray(x, dtype=jnp.float64) for x in (M, Q, b))
     H = M.shape[0]
-    lam, weights = _projections(M, Q, law, base)
+    lam, weights = _all_projections(M, Q, law, base)
     remaining = list(range(H))
     risks = [_risk(lam, weights, b, activation, remaining)]
     removed: list[int] = []

@@ -268,8 +268,7 @@ def simulate(cfg, progress: Callable[[int, int], None] | None = None, schedule=N
     ``progress(steps_done, steps_total)`` is called after every chunk; ``schedule`` (a hashable
     pure function t ↦ η(t)/η) overrides the config's schedule.
     """
-    from headspec import reduced, results
-    from headspec.bayes import bayes_risk
+    from headspec import reduced
 
     dtype = jnp.float32 if cfg.train.dtype == "float32" else jnp.float64
     sgd, law = build(cfg, schedule)
@@ -318,25 +317,39 @@ def simulate(cfg, progress: Callable[[int, int], None] | None = None, schedule=N
         obs.append(jax.tree.map(np.asarray, look(state)))
         if progress is not None:
             progress(done, int(steps[-1]))
-    stacked = Observation(*[np.stack(x, axis=1) for x in zip(*obs, strict=True)])  # (S, T, …)
     fail_step = np.asarray(state.fail_step)
+    return assemble(
+        "simulation",
+        cfg,
+        law,
+        ts,
+        steps,
+        seed_ids,
+        obs,
+        fail_step,
+        np.where(fail_step >= 0, fail_step * cfg.train.batch / cfg.task.D, np.nan),
+        {"engine": engine, "n_test": n_test, "dtype": cfg.train.dtype},
+    )
+
+
+def assemble(kind, cfg, law, ts, steps, seed_ids, obs, fail_step, fail_t, extra):
+    """The result dataset from per-grid-point observations (shared by simulation and theory):
+    stacks them to (seed, t, …) and records the Bayes risk (10^5 sequences) as a reference."""
+    from headspec import results
+    from headspec.bayes import bayes_risk
+
+    stacked = Observation(*[np.stack(x, axis=1) for x in zip(*obs, strict=True)])  # (S, T, …)
     rb = bayes_risk(jax.random.key(cfg.seed), law, cfg.task.L, n=100_000)
     return results.from_observations(
-        kind="simulation",
+        kind=kind,
         t=ts,
         steps=steps,
         seeds=seed_ids,
         obs=stacked,
         fail_step=fail_step,
-        fail_t=np.where(fail_step >= 0, fail_step * cfg.train.batch / cfg.task.D, np.nan),
+        fail_t=fail_t,
         config=cfg,
-        extra_attrs={
-            "engine": engine,
-            "bayes_risk": rb.mean,
-            "bayes_risk_se": rb.se,
-            "n_test": n_test,
-            "dtype": cfg.train.dtype,
-        },
+        extra_attrs={"bayes_risk": rb.mean, "bayes_risk_se": rb.se, **extra},
         atoms=np.asarray(law.atoms) if law.is_discrete else None,
     )
 

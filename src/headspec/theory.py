@@ -73,15 +73,19 @@ class RiskEstimate(NamedTuple):
     by_atom: Array  # (J,) risk given θ = a_j (discrete laws; empty otherwise)
 
 
-def _per_sample_losses(M, Q, b, activation, theta, base):
-    """Losses (n,) with θ given per sample (n, F), hidden token at l = 0."""
-    S = psd_root(Q - M @ M.T)  # (H, H)
+def _projections(M, S, theta, base):
+    """ν (n, L, F) and λ (n, H, L) with θ (n, F) on the hidden token l = 0; S = √(Q − MMᵀ)."""
     L = base.nu.shape[1]
     shift = jax.nn.one_hot(0, L, dtype=base.nu.dtype)[None, :, None] * theta[:, None, :]
     nu = base.nu + shift  # (n, L, F)
-    lam = nu @ M.T + base.xi @ S.T  # (n, L, H)
-    s = jnp.swapaxes(lam, -1, -2) + b[:, None]  # (n, H, L)
-    W = activation.token_weights(s)  # (n, L)
+    lam = jnp.einsum("nlf,hf->nhl", nu, M) + jnp.einsum("nlk,hk->nhl", base.xi, S)  # (n, H, L)
+    return nu, lam
+
+
+def _per_sample_losses(M, Q, b, activation, theta, base):
+    """Losses (n,) with θ given per sample (n, F), hidden token at l = 0."""
+    _, lam = _projections(M, psd_root(Q - M @ M.T), theta, base)
+    W = activation.token_weights(lam + b[:, None])  # (n, L)
     return loss_projected(W, jnp.zeros(W.shape[0], jnp.int32))  # (n,)
 
 
@@ -131,34 +135,40 @@ def _ell(s: Array, activation: Activation) -> Array:
     return 0.5 * jnp.sum((W - jax.nn.one_hot(0, W.shape[-1], dtype=W.dtype)) ** 2)
 
 
-def _sample_terms(state: State, activation: Activation, theta: Array, base: BaseSamples):
-    """Per-sample integrands, θ given per sample (n, F), hidden token at l = 0.
-
-    Returns ℓ (n,), Σ_l g_l ν_lᵀ (n, H, F), Σ_l g_l λ_lᵀ (n, H, H), Σ_l g_l g_lᵀ (n, H, H),
-    Σ_l g_l (n, H), with g = ∂ℓ/∂s from ``jax.grad``.
-    """
-    M, Q, b = state
-    S = psd_root(Q - M @ M.T)  # (H, H): tolerates singular Q (aligned heads)
-    L = base.nu.shape[1]
-    shift = jax.nn.one_hot(0, L, dtype=base.nu.dtype)[None, :, None] * theta[:, None, :]
-    nu = base.nu + shift  # (n, L, F)
-    lam = nu @ M.T + base.xi @ S.T  # (n, L, H)
-    s = jnp.swapaxes(lam, -1, -2) + b[:, None]  # (n, H, L)
-    ell, g = jax.vmap(jax.value_and_grad(_ell), in_axes=(0, None))(s, activation)  # (n,), (n,H,L)
-    g_nu = jnp.einsum("nhl,nlf->nhf", g, nu)  # (n, H, F)
-    g_lam = jnp.einsum("nhl,nlk->nhk", g, lam)  # (n, H, H)
-    g_g = jnp.einsum("nhl,nkl->nhk", g, g)  # (n, H, H)
-    return ell, g_nu, g_lam, g_g, g.sum(-1)
-
-
 def _scores_and_grads(M, b, S, activation, theta, base):
     """ν (n, L, F), λ (n, H, L), ℓ (n,) and g = ∂ℓ/∂s (n, H, L), hidden token at l = 0."""
-    L = base.nu.shape[1]
-    shift = jax.nn.one_hot(0, L, dtype=base.nu.dtype)[None, :, None] * theta[:, None, :]
-    nu = base.nu + shift  # (n, L, F)
-    lam = jnp.einsum("nlf,hf->nhl", nu, M) + jnp.einsum("nlk,hk->nhl", base.xi, S)  # (n, H, L)
+    nu, lam = _projections(M, S, theta, base)
     ell, g = jax.vmap(jax.value_and_grad(_ell), in_axes=(0, None))(lam + b[:, None], activation)
     return nu, lam, ell, g
+
+
+def _atom_expect(fn, law: LatentLaw, base: BaseSamples):
+    """fn(θ per sample) averaged exactly over a discrete law's atoms (fn(sampled θ) otherwise)."""
+    if law.is_discrete:
+        th = jnp.broadcast_to(law.atoms[:, None, :], (law.J, base.n, law.F))  # (J, n, F)
+        per = jax.vmap(fn)(th)  # each (J, …)
+        p = law.probs.astype(base.nu.dtype)
+        return jax.tree.map(lambda x: jnp.tensordot(p, x, axes=1), per)
+    return fn(base.theta)
+
+
+def _sample_terms(state: State, activation: Activation, law: LatentLaw, base: BaseSamples):
+    """Per-sample integrands (averaged over atoms): ℓ (n,), Σ_l g_l ν_lᵀ (n, H, F),
+    Σ_l g_l λ_lᵀ (n, H, H), Σ_l g_l g_lᵀ (n, H, H), Σ_l g_l (n, H), g = ∂ℓ/∂s by ``jax.grad``."""
+    M, Q, b = state
+    S = psd_root(Q - M @ M.T)  # (H, H): tolerates singular Q (aligned heads)
+
+    def one(theta):
+        nu, lam, ell, g = _scores_and_grads(M, b, S, activation, theta, base)
+        return (
+            ell,
+            jnp.einsum("nhl,nlf->nhf", g, nu),
+            jnp.einsum("nhl,nkl->nhk", g, lam),
+            jnp.einsum("nhl,nkl->nhk", g, g),
+            g.sum(-1),
+        )
+
+    return _atom_expect(one, law, base)
 
 
 def _mean_terms(state: State, activation, law, base):
@@ -179,23 +189,7 @@ def _mean_terms(state: State, activation, law, base):
             g.sum((0, 2)) / n,
         )
 
-    if law.is_discrete:
-        th = jnp.broadcast_to(law.atoms[:, None, :], (law.J, base.n, law.F))  # (J, n, F)
-        per = jax.vmap(one)(th)
-        p = law.probs.astype(base.nu.dtype)
-        return jax.tree.map(lambda x: jnp.tensordot(p, x, axes=1), per)
-    return one(base.theta)
-
-
-def _atom_average(state, activation, law, base):
-    """Per-sample integrands averaged exactly over a discrete law's atoms (sampled θ otherwise)."""
-    if law.is_discrete:
-        n = base.n
-        th = jnp.broadcast_to(law.atoms[:, None, :], (law.J, n, law.F))  # (J, n, F)
-        per = jax.vmap(lambda t: _sample_terms(state, activation, t, base))(th)  # each (J, n, …)
-        p = law.probs.astype(base.nu.dtype)
-        return jax.tree.map(lambda x: jnp.tensordot(p, x, axes=1), per)  # each (n, …)
-    return _sample_terms(state, activation, base.theta, base)
+    return _atom_expect(one, law, base)
 
 
 def drift(
@@ -216,7 +210,7 @@ def drift(
     ``eta2=False`` drops the η² term (the "η-linear part", which vanishes at a minimiser).
     """
     lr_b = lr if lr_b is None else lr_b
-    ell, g_nu, g_lam, g_g, g_sum = _atom_average(state, activation, law, base)
+    ell, g_nu, g_lam, g_g, g_sum = _sample_terms(state, activation, law, base)
     dQ_i = -lr * (g_lam + jnp.swapaxes(g_lam, -1, -2))  # (n, H, H)
     if eta2:
         dQ_i = dQ_i + lr**2 * g_g
@@ -422,10 +416,8 @@ def solve(cfg, progress=None, schedule=None):
     uses the same base samples as the simulator (``record.mc_seed``, ``record.n_mc``).
     ``progress(t_done, T)`` is called at every grid point.
     """
-    from headspec import results
     from headspec.attention import get_activation
-    from headspec.bayes import bayes_risk
-    from headspec.sgd import Observation, mc_key, schedule_from_config, time_grid
+    from headspec.sgd import Observation, assemble, mc_key, schedule_from_config, time_grid
 
     law = cfg.task.latent.build()
     act = get_activation(cfg.model.activation, cfg.model.aggregation)
@@ -486,27 +478,13 @@ def solve(cfg, progress=None, schedule=None):
         )
         if progress is not None:
             progress(float(t), float(ts[-1]))
-    stacked = Observation(*[np.stack(x, axis=1) for x in zip(*obs, strict=True)])
     failed = ~alive
     fail_step = np.where(failed, np.round(np.nan_to_num(fail_t) * cfg.task.D), -1).astype(int)
-    rb = bayes_risk(jax.random.key(cfg.seed), law, L, n=100_000)
-    return results.from_observations(
-        kind="theory",
-        t=ts,
-        steps=steps,
-        seeds=seed_ids,
-        obs=stacked,
-        fail_step=fail_step,
-        fail_t=fail_t,
-        config=cfg,
-        extra_attrs={
-            "engine": "ode",
-            "bayes_risk": rb.mean,
-            "bayes_risk_se": rb.se,
-            "init": cfg.theory.init.kind,
-            "sampler": cfg.theory.sampler,
-            "n_drift": int(base.n),
-            "solver_steps": n_steps,
-        },
-        atoms=np.asarray(law.atoms) if law.is_discrete else None,
-    )
+    extra = {
+        "engine": "ode",
+        "init": cfg.theory.init.kind,
+        "sampler": cfg.theory.sampler,
+        "n_drift": int(base.n),
+        "solver_steps": n_steps,
+    }
+    return assemble("theory", cfg, law, ts, steps, seed_ids, obs, fail_step, fail_t, extra)
