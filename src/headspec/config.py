@@ -411,27 +411,31 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     """
     for item in overrides:
         path, value = parse_override(item)
-        patch: Any = value
-        for p in reversed(path):
-            patch = {p: patch}
-        node = data
-        for i, p in enumerate(path[:-1]):
-            node = node.get(p, {})
-            if not isinstance(node, dict):
-                where = ".".join(path[: i + 1])
-                raise ConfigError(
-                    f"override {item!r}: {where} is a value, not a table; fix: check the key path"
-                )
-        if isinstance(value, dict):  # a table given whole replaces the table
-            node = data
-            for p in path[:-1]:
-                node = node.setdefault(p, {})
-            node[path[-1]] = value
-        elif path[-1] == "kind":
-            data = _set_kind(data, path, value)
-        else:
-            data = merge(data, patch)
+        data = set_key(data, path, value, what=f"override {item!r}")
     return data
+
+
+def set_key(data: dict[str, Any], path: list[str], value: Any, what: str = "key") -> dict[str, Any]:
+    """Set one dotted key (as a list of parts) to a parsed value, with the rules of
+    :func:`apply_overrides`; returns the updated dict (``data`` may be modified)."""
+    node = data
+    for i, p in enumerate(path[:-1]):
+        node = node.get(p, {})
+        if not isinstance(node, dict):
+            where = ".".join(path[: i + 1])
+            raise ConfigError(f"{what}: {where} is a value, not a table; fix: check the key path")
+    if isinstance(value, dict):  # a table given whole replaces the table
+        node = data
+        for p in path[:-1]:
+            node = node.setdefault(p, {})
+        node[path[-1]] = value
+        return data
+    if path[-1] == "kind":
+        return _set_kind(data, path, value)
+    patch: Any = value
+    for p in reversed(path):
+        patch = {p: patch}
+    return merge(data, patch)
 
 
 def _set_kind(data, path, value):

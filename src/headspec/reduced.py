@@ -114,8 +114,9 @@ def _step(sgd, Cs, C, b, rnd: StepRandoms, t):
 
     value, (gK, gb) = jax.value_and_grad(loss, argnums=(0, 1))(K, b)
     f = sgd.schedule(t)
-    K_new = K - (sgd.lr * f) * gK  # (H, s + BL)
-    b_new = b - (sgd.lr_b * f / D) * gb  # (H,)
+    lr, lr_b = jnp.asarray(sgd.lr, K.dtype), jnp.asarray(sgd.lr_b, K.dtype)
+    K_new = K - (lr * f) * gK  # (H, s + BL)
+    b_new = b - (lr_b * f / D) * gb  # (H,)
     A = jnp.concatenate([jnp.pad(Cs, ((0, 0), (0, BL))), K_new], axis=0)  # (F + H, s + BL)
     basis, _ = jnp.linalg.qr(A.T)  # (s + BL, F + H): orthonormal, spans all of A's rows
     return A[:F] @ basis, K_new @ basis, b_new, value

@@ -73,8 +73,8 @@ class SGD(eqx.Module):
     D: int = eqx.field(static=True)
     H: int = eqx.field(static=True)
     B: int = eqx.field(static=True)
-    lr: float = eqx.field(static=True)
-    lr_b: float = eqx.field(static=True)
+    lr: Array  # () learning rates: traced, so a sweep over η compiles once
+    lr_b: Array  # ()
     schedule: Callable = eqx.field(static=True)  # hashable pure function of t: η(t)/η
 
     def loss(self, K: Array, b: Array, X: Array, y: Array) -> Array:
@@ -90,8 +90,9 @@ class SGD(eqx.Module):
         """One SGD update; returns new (K, b) and the loss before the update."""
         loss, (gK, gb) = jax.value_and_grad(self.loss, argnums=(0, 1))(K, b, X, y)
         f = self.schedule(t)
-        K_new = K - (self.lr * f) * gK  # (H, D)
-        b_new = b - (self.lr_b * f / self.D) * gb  # (H,)
+        lr, lr_b = jnp.asarray(self.lr, K.dtype), jnp.asarray(self.lr_b, K.dtype)
+        K_new = K - (lr * f) * gK  # (H, D)
+        b_new = b - (lr_b * f / self.D) * gb  # (H,)
         return K_new, b_new, loss
 
 
@@ -233,8 +234,8 @@ def build(cfg, schedule: Callable | None = None):
         D=cfg.task.D,
         H=cfg.model.H,
         B=cfg.train.batch,
-        lr=cfg.train.lr,
-        lr_b=cfg.train.lr if cfg.train.lr_b is None else cfg.train.lr_b,
+        lr=jnp.asarray(cfg.train.lr),
+        lr_b=jnp.asarray(cfg.train.lr if cfg.train.lr_b is None else cfg.train.lr_b),
         schedule=schedule or schedule_from_config(cfg.train.schedule),
     )
     return sgd, law

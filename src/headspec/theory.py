@@ -432,7 +432,7 @@ def solve(cfg, progress=None, schedule=None):
     steps, ts = time_grid(cfg.record, cfg.train.T, cfg.task.D, cfg.train.batch)
     y, seed_ids = initial_states(cfg)
     S = len(seed_ids)
-    args = (act, law, base, lr, lr_b, sched)
+    args = (act, law, base, jnp.asarray(lr), jnp.asarray(lr_b), sched)  # traced η: compiled once
     J = law.J if law.is_discrete else 0
 
     @jax.jit
