@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 from importlib.metadata import PackageNotFoundError, version
@@ -46,3 +47,22 @@ def run_metadata() -> dict[str, str]:
         "jax_backend": jax.default_backend(),
         "platform": platform.platform(),
     }
+
+
+def enable_compilation_cache() -> None:
+    """Keep JAX's compiled programs on disk, so a repeated command skips most compile time.
+
+    Folder: $HEADSPEC_JAX_CACHE, else ~/.cache/headspec/jax; HEADSPEC_JAX_CACHE=off disables it.
+    Used by the CLI and by every sweep worker.
+    """
+    import jax
+
+    folder = os.environ.get("HEADSPEC_JAX_CACHE", str(Path.home() / ".cache/headspec/jax"))
+    if folder.lower() in ("", "0", "off", "none"):
+        return
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        jax.config.update("jax_compilation_cache_dir", folder)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    except OSError:  # read-only home: run without the cache
+        pass

@@ -7,17 +7,17 @@ bad input gives a message that names the field and the fix, exit code 2 and no o
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from typer.core import TyperGroup
 
 from headspec.config import BayesRunConfig, ConfigError, SimulateConfig, load_config
+from headspec.results import write_json_atomic
 
 app = typer.Typer(
     name="headspec",
@@ -45,19 +45,6 @@ def check_output_path(path: Path | None) -> None:
         fail(f"output {str(path)!r} is a folder; fix: give a file name")
     if not path.parent.exists():
         fail(f"the folder of output {str(path)!r} does not exist; fix: create it first")
-
-
-def write_json_atomic(path: Path, data: dict) -> None:
-    """Write JSON through a temporary file and a rename: never a half-written file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, ensure_ascii=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 ConfigOpt = Annotated[
@@ -642,6 +629,210 @@ def plot_cmd(
         out.print(f"wrote {p}")
 
 
+# ----------------------------------------------------------------------------- sweep
+class _RunByDefault(TyperGroup):
+    """`headspec sweep SPEC.toml …` means `headspec sweep run SPEC.toml …`."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+sweep_app = typer.Typer(
+    cls=_RunByDefault,
+    no_args_is_help=True,
+    help="Sweeps over grids of configs on Dask: `headspec sweep SPEC.toml` runs (or resumes) "
+    "one; `headspec sweep collect DIR` combines its points; `headspec sweep status DIR`.",
+)
+app.add_typer(sweep_app, name="sweep")
+
+
+@sweep_app.command("run")
+def sweep_run(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC.toml", help="Sweep spec (TOML).")],
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            "-s",
+            help="Override a spec key, repeatable: --set sweep.seeds=4 --set config.train.T=10.",
+        ),
+    ] = None,
+    axis: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--axis",
+            help="Add or replace an axis, repeatable: --axis 'model.H=[2,4]' or "
+            "--axis 'task.D={start=100, stop=1000, num=4, spacing=\"log\"}'.",
+        ),
+    ] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Output folder (default: sweep.out).")
+    ] = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            "--scheduler",
+            help="Address of an existing Dask scheduler (tcp://host:8786); its workers need "
+            "headspec installed. Default: a local cluster that starts and stops with the command.",
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option("--workers", "-w", min=1, help="Local cluster size (default: one per core)."),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Run a changed spec in a folder of another spec (unchanged points kept).",
+        ),
+    ] = False,
+):
+    """Run a sweep: every grid point of the spec's axes (× seed blocks) is a Dask task.
+
+    Finished points are written atomically to OUT/points/ and recorded in OUT/manifest.json; at
+    the end they are combined into OUT/sweep.nc (swept parameters as coordinates). Re-running the
+    same command resumes: intact points are skipped, missing or corrupt ones re-run. Exit 1 if a
+    point failed (its error is in the manifest), 130 if interrupted.
+    """
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from headspec import sweep as sw
+
+    try:
+        spec, root = sw.load_spec(spec_path, set_, axis)
+        plan = sw.resolve(spec, root, out_dir)
+    except ConfigError as e:
+        fail(str(e))
+    if plan.out.exists() and not plan.out.is_dir():
+        fail(f"output {str(plan.out)!r} is a file; fix: give a folder (--out)")
+    shape = " × ".join(f"{a.name}[{len(a.values)}]" for a in plan.axes)
+    n_points = len(plan.points)
+    err.print(
+        f"sweep: {plan.kind}, {n_points} points ({shape}) × {plan.seeds} seeds in "
+        f"{len(plan.tasks)} tasks → {plan.out}",
+        highlight=False,
+    )
+    bar = Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("tasks"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err,
+    )
+    counts = {"done": 0, "diverged": 0, "failed": 0}
+    job = None
+
+    def on_start(client, n_todo, n_total):
+        nonlocal job
+        where = scheduler or f"local cluster, {len(client.scheduler_info()['workers'])} workers"
+        err.print(f"dask: {where}; dashboard {client.dashboard_link}", highlight=False)
+        if n_todo < n_total:
+            err.print(f"resuming: {n_total - n_todo} of {n_total} tasks already finished")
+        bar.start()
+        job = bar.add_task("running", total=n_todo)
+
+    def on_result(task, entry):
+        counts[entry["status"]] += 1
+        desc = ", ".join(f"{v} {k}" for k, v in counts.items() if v and k != "done") or "running"
+        bar.update(job, advance=1, description=desc)
+
+    try:
+        report = sw.run(
+            plan,
+            scheduler=scheduler,
+            workers=workers,
+            force=force,
+            on_start=on_start,
+            on_result=on_result,
+        )
+    except sw.SweepError as e:
+        bar.stop()
+        fail(str(e))
+    except KeyboardInterrupt:
+        bar.stop()
+        err.print(
+            f"interrupted: {sum(counts.values())} tasks finished in this run are kept; run the "
+            "same command again to resume",
+            markup=False,
+        )
+        raise typer.Exit(130) from None
+    bar.stop()
+    table = Table(title=f"sweep {plan.out}")
+    for col in ("tasks", "finished before", "finished now", "of which diverged", "failed"):
+        table.add_column(col, justify="right")
+    table.add_row(
+        str(report.total),
+        str(report.skipped),
+        str(report.done + report.diverged),
+        str(report.diverged),
+        str(len(report.failed)),
+    )
+    out.print(table)
+    for params, error in report.failed[:10]:
+        err.print(f"failed: {params}: {error}", markup=False, style="red")
+    if len(report.failed) > 10:
+        err.print(f"… and {len(report.failed) - 10} more (see {plan.out / sw.MANIFEST})")
+    if report.dataset_path is not None:
+        out.print(f"wrote {report.dataset_path}")
+    if report.failed:
+        raise typer.Exit(1)
+
+
+@sweep_app.command("collect")
+def sweep_collect(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="Output folder of a sweep.")],
+    out_path: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Combined file (default: DIR/sweep.nc).")
+    ] = None,
+):
+    """Combine the finished points of a sweep into one netCDF dataset (axes as coordinates)."""
+    from headspec import sweep as sw
+
+    check_output_path(out_path)
+    try:
+        ds = sw.collect(folder)
+    except sw.SweepError as e:
+        fail(str(e))
+    path = sw.save_collected(ds, out_path or folder / sw.COLLECTED)
+    dims = ", ".join(f"{k} = {v}" for k, v in ds.sizes.items())
+    out.print(f"{ds.attrs['points_finished']} of {ds.attrs['points']} points finished; {dims}")
+    out.print(f"wrote {path}")
+
+
+@sweep_app.command("status")
+def sweep_status(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="Output folder of a sweep.")],
+):
+    """Counts of finished, diverged, failed and pending tasks, and the errors of failed ones."""
+    from headspec import sweep as sw
+
+    try:
+        manifest = sw.read_manifest(folder)
+    except sw.SweepError as e:
+        fail(str(e))
+    table = Table(title=f"sweep {folder} ({manifest['spec']['kind']})")
+    table.add_column("status")
+    table.add_column("tasks", justify="right")
+    for k, v in sorted(sw.status_counts(manifest).items()):
+        table.add_row(k, str(v))
+    out.print(table)
+    for e in manifest["tasks"]:
+        if e["status"] == "failed":
+            err.print(f"failed: {e['params']}: {e.get('error', '?')}", markup=False, style="red")
+
+
 def version_callback(value: bool):
     if value:
         from headspec import __version__
@@ -660,27 +851,11 @@ def _root(
     """headspec: how attention heads specialise, in simulation and theory."""
 
 
-def _enable_compilation_cache() -> None:
-    """Keep JAX's compiled programs on disk, so a repeated command skips most compile time.
-
-    Folder: $HEADSPEC_JAX_CACHE, else ~/.cache/headspec/jax; HEADSPEC_JAX_CACHE=off disables it.
-    """
-    import jax
-
-    folder = os.environ.get("HEADSPEC_JAX_CACHE", str(Path.home() / ".cache/headspec/jax"))
-    if folder.lower() in ("", "0", "off", "none"):
-        return
-    try:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        jax.config.update("jax_compilation_cache_dir", folder)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    except OSError:  # read-only home: run without the cache
-        pass
-
-
 def main() -> None:
     """Console entry point."""
-    _enable_compilation_cache()
+    from headspec._meta import enable_compilation_cache
+
+    enable_compilation_cache()
     sys.exit(app())
 
 

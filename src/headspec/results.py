@@ -119,6 +119,20 @@ def save(ds: xr.Dataset, path: str | Path) -> Path:
     return path
 
 
+def write_json_atomic(path: str | Path, data: dict) -> None:
+    """Write JSON through a temporary file and a rename: never a half-written file."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def load(path: str | Path) -> xr.Dataset:
     """Read a result and check its schema; raises :class:`ResultError` with the reason."""
     path = Path(path)
