@@ -114,21 +114,21 @@ class SweepSection(StrictModel):
     )
 
 
-Values = Annotated[list[Any], Field(min_length=1)]
-
-
 class SweepSpec(StrictModel):
     """A whole sweep spec file: ``[sweep]``, optional ``[config]``, ``[axes]``."""
 
     sweep: SweepSection
     config: dict[str, Any] = Field(default_factory=dict, description="overrides of the base")
-    axes: dict[str, Values | Range] = Field(description="dotted config key → values or range")
+    axes: dict[str, list[Any] | Range] = Field(
+        description="dotted config key → list of values or range table"
+    )
 
-    @field_validator("axes")
+    @field_validator("axes", mode="before")
     @classmethod
     def _axes(cls, axes):
-        if not axes:
+        if not isinstance(axes, dict) or not axes:
             raise ValueError('no axes; fix: add at least one, e.g. "model.H" = [2, 4]')
+        out = {}
         for key, vals in axes.items():
             parts = key.split(".")
             if not all(p.strip() for p in parts):
@@ -137,11 +137,33 @@ class SweepSpec(StrictModel):
                 raise ValueError(
                     f"axis {key!r}: seeds are not an axis; fix: set sweep.seeds and sweep.seed"
                 )
+            if isinstance(vals, dict):
+                try:
+                    vals = Range.model_validate(vals)
+                except ValidationError as e:
+                    raise ValueError(
+                        f"axis {key!r}: bad range ({format_validation_error(e, Range)}); fix: "
+                        'write {start = …, stop = …, num = …} (spacing = "log" optional)'
+                    ) from None
+            elif not isinstance(vals, list) or not vals:
+                raise ValueError(
+                    f"axis {key!r} needs a non-empty list of values or a range table; fix: "
+                    "write [v1, v2, …] or {start = …, stop = …, num = …}"
+                )
             values = vals.values() if isinstance(vals, Range) else vals
             canon = [json.dumps(v, sort_keys=True) for v in values]
             if len(set(canon)) != len(canon):
                 raise ValueError(f"axis {key!r} repeats a value; fix: list each value once")
-        return axes
+            out[key] = vals
+        return out
+
+
+def spec_from_dict(data: dict, where: str = "sweep spec") -> SweepSpec:
+    """Validate a sweep spec given as a dict; errors become :class:`ConfigError` naming the key."""
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"{where}: " + format_validation_error(e, SweepSpec)) from None
 
 
 # ----------------------------------------------------------------------------- resolved sweep
@@ -232,10 +254,7 @@ def load_spec(path: str | Path, overrides: list[str] | None = None, axes: list[s
         if not isinstance(value, list | dict):
             value = [value]
         data.setdefault("axes", {})[key.strip()] = value
-    try:
-        return SweepSpec.model_validate(data), path.parent
-    except ValidationError as e:
-        raise ConfigError(f"{path}: " + format_validation_error(e, SweepSpec)) from None
+    return spec_from_dict(data, str(path)), path.parent
 
 
 def _axis_names(keys: list[str]) -> list[str]:
@@ -701,7 +720,15 @@ def collect(folder: str | Path) -> Any:
         if len(items) == 1:
             ds = items[0][1]
         else:
-            ds = xr.concat([d for _, d in items], dim="seed", combine_attrs="override")
+            ds = xr.concat(
+                [d for _, d in items],
+                dim="seed",
+                data_vars="minimal",  # per-seed variables; `atoms` is shared
+                coords="minimal",
+                compat="override",
+                join="exact",
+                combine_attrs="override",  # attributes of the first block (its Bayes risk)
+            )
         per_point[p] = ds
     grids = {p: (ds.t.values, ds.step.values) for p, ds in per_point.items()}
     ref = next(iter(grids.values()))
@@ -711,7 +738,7 @@ def collect(folder: str | Path) -> Any:
     template = next(iter(per_point.values()))
 
     def point_ds(p: int, index: tuple[int, ...]):
-        st = status.get(p, ["pending"])
+        st = status.get(p, ["pending"])  # of the point's seed blocks
         full = [s for s in st if s in ("done", "diverged")]
         if p in per_point and len(full) == len(st):
             ds = per_point[p]
@@ -720,7 +747,7 @@ def collect(folder: str | Path) -> Any:
             ds = per_point.get(p, template)
             ds = ds.copy(data={k: np.full(v.shape, np.nan) for k, v in ds.data_vars.items()})
             point_status = "failed" if "failed" in st else "pending"
-        ds = _prune_point_attrs(ds, point_status)
+        ds = _prune_point_attrs(ds.drop_encoding(), point_status)  # ints may become NaN
         if not shared:
             ds = ds.drop_indexes("t").rename_dims(t="t_index").reset_coords(["t", "step"])
         coords = {
@@ -801,5 +828,6 @@ __all__ = [
     "run",
     "run_task",
     "save_collected",
+    "spec_from_dict",
     "status_counts",
 ]

@@ -1,0 +1,390 @@
+"""Sweeps: spec validation, a real Dask LocalCluster against point-by-point runs, resume,
+corrupt files, faults (raising and diverging points, a killed worker, a killed sweep process)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from typer.testing import CliRunner
+
+from headspec import sweep
+from headspec.cli import app
+from headspec.config import ConfigError
+from headspec.sgd import simulate
+from headspec.theory import solve
+
+runner = CliRunner()
+HEADSPEC = str(Path(sys.executable).parent / "headspec")
+TINY = {
+    "task.D": 40,
+    "task.L": 4,
+    "model.H": 2,
+    "train.T": 1.0,
+    "record.points": 6,
+    "record.n_mc": 256,
+}
+
+
+def _spec(out, kind="simulate", config=None, axes=None, **sweep_keys) -> sweep.SweepSpec:
+    return sweep.spec_from_dict(
+        {
+            "sweep": {"kind": kind, "out": str(out), **sweep_keys},
+            "config": {**TINY, **(config or {})},
+            "axes": axes or {"task.latent.scale": [0.5, 1.5]},
+        }
+    )
+
+
+def _toml_value(v) -> str:
+    if isinstance(v, dict):
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    return json.dumps(v)
+
+
+def _write_spec(path: Path, spec: sweep.SweepSpec) -> Path:
+    lines = ["[sweep]"]
+    lines += [
+        f"{k} = {_toml_value(v)}" for k, v in spec.sweep.model_dump().items() if v is not None
+    ]
+    lines += ["[config]"] + [f'"{k}" = {_toml_value(v)}' for k, v in spec.config.items()]
+    lines += ["[axes]"]
+    for k, v in spec.axes.items():
+        v = v.model_dump() if isinstance(v, sweep.Range) else v
+        lines.append(f'"{k}" = {_toml_value(v)}')
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _point_equal(collected: xr.Dataset, params: dict, one: xr.Dataset, rtol=0.0) -> None:
+    """The collected point (padded to the largest H/F/J; its seeds of ``one``) equals a run of
+    its own: bit for bit by default."""
+    sel = collected.sel(params).sel(seed=one.seed.values)
+    crop = {d: slice(0, one.sizes[d]) for d in ("head", "head2", "feature", "atom")}
+    sel = sel.isel({d: s for d, s in crop.items() if d in sel.dims})
+    for name, var in one.data_vars.items():
+        a, b = np.asarray(sel[name], dtype=float), np.asarray(var, dtype=float)
+        assert a.shape == b.shape, name
+        ok = np.allclose(a, b, rtol=rtol, atol=0, equal_nan=True)
+        assert ok, (name, params, np.nanmax(np.abs(a - b)))
+    assert str(sel.status.values) in ("done", "diverged")
+
+
+# ----------------------------------------------------------------------------- spec (no cluster)
+def test_range_values_linear_log_and_integer():
+    assert sweep.Range(start=0.5, stop=2.0, num=4).values() == [0.5, 1.0, 1.5, 2.0]
+    assert sweep.Range(start=100, stop=10000, num=3, spacing="log").values() == [100, 1000, 10000]
+    with pytest.raises(ValueError, match="start > 0"):
+        sweep.Range(start=0.0, stop=1.0, num=3, spacing="log")
+    with pytest.raises(ValueError, match="repeats a value"):  # 1, 1.33→1, 1.67→2, 2
+        _spec("x", axes={"model.H": {"start": 1, "stop": 2, "num": 4}})
+
+
+@pytest.mark.parametrize(
+    ("axes", "sweep_keys", "expect"),
+    [
+        ({}, {}, "no axes"),
+        ({"seeds": [1, 2]}, {}, "sweep.seeds"),
+        ({"model.H": [2, 2]}, {}, "repeats a value"),
+        ({"model.H": []}, {}, "'model.H' needs a non-empty list"),
+        ({"model.H": 3}, {}, "'model.H' needs a non-empty list"),
+        ({"model.H": {"start": 1}}, {}, "stop: Field required"),
+        ({"model.H": [2]}, {"seeds": 0}, "sweep.seeds"),
+        ({"model.H": [2]}, {"kind": "train"}, "sweep.kind"),
+        ({"model.H": [2]}, {"colour": 1}, "sweep.colour"),
+    ],
+)
+def test_bad_specs_name_the_field(axes, sweep_keys, expect):
+    data = {"sweep": {"kind": "simulate", **sweep_keys}, "axes": axes}
+    with pytest.raises(ConfigError, match=expect):
+        sweep.spec_from_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("axes", "config", "expect"),
+    [
+        ({"model.H": [2, 0]}, {}, r"sweep point model.H = 0: model.H: .*≥ 1"),
+        ({"model.Hx": [2]}, {}, r"model.Hx: unknown key"),
+        ({"model.activation": ["softmax", "relu"]}, {}, r'model.activation = "relu"'),
+        ({"task.D": [40, 5]}, {"train.engine": "reduced"}, r"sweep point task.D = 5: .*engine"),
+        ({"model.H": [2]}, {"train.lr": -1.0}, r"base config: train.lr"),
+    ],
+)
+def test_invalid_points_are_refused_before_any_work(tmp_path, axes, config, expect):
+    spec = _spec(tmp_path / "out", axes=axes, config=config)
+    with pytest.raises(ConfigError, match=expect):
+        sweep.resolve(spec)
+    assert not (tmp_path / "out").exists()
+
+
+def test_resolve_splits_seeds_into_blocks_and_names_axes():
+    spec = _spec(
+        "o",
+        axes={"model.H": [2, 3], "train.schedule.kind": ["constant", "inverse_time"],
+              "task.latent.kind": ["discrete"]},
+        seeds=5, seed=10, seeds_per_task=2,
+    )  # fmt: skip
+    sw = sweep.resolve(spec)
+    assert [a.name for a in sw.axes] == ["H", "train_schedule_kind", "task_latent_kind"]
+    assert sw.shape == (2, 2, 1) and len(sw.points) == 4 and len(sw.tasks) == 12
+    for p in range(4):
+        blocks = [(t.config.seed, t.config.seeds) for t in sw.tasks if t.point == p]
+        assert blocks == [(10, 2), (12, 2), (14, 1)]
+    assert len({t.hash for t in sw.tasks}) == 12
+    assert [t.config.model.H for t in sw.points] == [2, 2, 3, 3]  # first axis slowest
+    # the hash is the resolved config's: same config, same hash, whatever the spec's spelling
+    again = sweep.resolve(_spec("other", config={"model.sigma0": 0.1}, axes=spec.axes,
+                                seeds=5, seed=10, seeds_per_task=2))  # fmt: skip
+    assert [t.hash for t in again.tasks] == [t.hash for t in sw.tasks]
+
+
+def test_changed_spec_is_refused_unless_forced(tmp_path):
+    out = tmp_path / "out"
+    sweep.prepare(sweep.resolve(_spec(out, axes={"model.H": [2, 3]})))
+    changed = sweep.resolve(_spec(out, axes={"model.H": [2, 4]}, config={"train.T": 2.0}))
+    with pytest.raises(sweep.SweepError) as e:
+        sweep.prepare(changed)
+    msg = str(e.value)
+    assert "axis model.H: [2, 3] → [2, 4]" in msg and "base config train.T: 1.0 → 2.0" in msg
+    assert "--force" in msg
+    manifest, todo = sweep.prepare(changed, force=True)
+    assert manifest["spec_hash"] == changed.spec_hash and len(todo) == 2
+
+
+def test_cli_sweep_bad_input_exits_2_without_output(tmp_path):
+    out = tmp_path / "out"
+    spec = _write_spec(tmp_path / "s.toml", _spec(out))
+    cases = [
+        ([str(tmp_path / "missing.toml")], "does not exist"),
+        ([str(spec), "--axis", "model.H=[0, 2]"], "model.H = 0"),
+        ([str(spec), "--set", "sweep.kind='train'"], "sweep.kind"),
+        ([str(spec), "--axis", "model.H"], "--axis"),
+    ]
+    for args, expect in cases:
+        r = runner.invoke(app, ["sweep", *args])
+        text = (r.stdout or "") + (r.stderr or "")
+        assert r.exit_code == 2, (args, text)
+        assert expect in text and "Traceback" not in text, (args, text)
+        assert not out.exists()
+    r = runner.invoke(app, ["sweep", "collect", str(tmp_path)])
+    assert r.exit_code == 2 and "manifest.json" in r.stderr
+
+
+# ----------------------------------------------------------------------------- a real cluster
+@pytest.fixture(scope="module")
+def jax_cache(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("jaxcache"))
+
+
+@pytest.fixture(scope="module")
+def client(jax_cache):
+    """A real LocalCluster: 2 worker processes on loopback, as `headspec sweep` starts it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HEADSPEC_JAX_CACHE", jax_cache)
+        with sweep.dask_client(workers=2) as c:
+            yield c
+
+
+@pytest.fixture(scope="module")
+def sim_sweep(client, tmp_path_factory):
+    """A simulate sweep over scale × H with 3 seeds in blocks of 2 (seed blocks concatenated)."""
+    out = tmp_path_factory.mktemp("sim") / "out"
+    spec = _spec(out, axes={"task.latent.scale": [0.5, 1.5], "model.H": [2, 3]},
+                 seeds=3, seeds_per_task=2)  # fmt: skip
+    sw = sweep.resolve(spec)
+    report = sweep.run(sw, client=client)
+    return sw, report
+
+
+def test_sweep_on_local_cluster_equals_point_by_point_runs(sim_sweep):
+    sw, report = sim_sweep
+    assert (report.total, report.skipped, report.done, report.failed) == (8, 0, 8, [])
+    ds = xr.load_dataset(report.dataset_path, engine="h5netcdf")
+    assert ds.sizes["scale"] == 2 and ds.sizes["H"] == 2 and ds.sizes["seed"] == 3
+    assert ds["scale"].attrs["config_key"] == "task.latent.scale"
+    assert np.isnan(ds.M.sel(H=2).isel(head=2)).all()  # padded head of the H = 2 points
+    for t in sw.tasks:  # the same tasks run one by one in this process: bit for bit
+        one = simulate(t.config)
+        _point_equal(ds, t.params, one)
+        if t.config.seed == sw.seed:
+            assert float(ds.bayes_risk.sel(t.params)) == one.attrs["bayes_risk"]
+    # a seed's curves do not depend on how seeds are grouped (common random numbers): the
+    # whole point in one run agrees up to the order of sums (float32 held-out loss)
+    p = sw.points[-1]
+    _point_equal(ds, p.params, simulate(p.config.model_copy(update={"seeds": 3})), rtol=1e-6)
+
+
+def test_theory_sweep_equals_point_by_point_runs(client, tmp_path):
+    spec = _spec(tmp_path / "out", kind="theory", config={"theory.n": 512},
+                 axes={"train.lr": [0.5, 1.0]}, seeds=2)  # fmt: skip
+    sw = sweep.resolve(spec)
+    report = sweep.run(sw, client=client)
+    assert report.done == 2 and not report.failed
+    ds = sweep.collect(sw.out)
+    assert ds.attrs["sweep_kind"] == "theory" and list(ds.lr.values) == [0.5, 1.0]
+    for p in sw.points:
+        one = solve(p.config)
+        _point_equal(ds, p.params, one)
+        assert float(ds.bayes_risk.sel(p.params)) == one.attrs["bayes_risk"]
+
+
+def test_rerun_skips_finished_points_and_recomputes_corrupt_ones(sim_sweep, client):
+    sw, _ = sim_sweep
+    before = sweep.collect(sw.out)
+    files = [sw.out / t.file for t in sw.tasks]
+    mtimes = [f.stat().st_mtime_ns for f in files]
+    report = sweep.run(sw, client=client)
+    assert (report.skipped, report.done) == (8, 0)
+    assert [f.stat().st_mtime_ns for f in files] == mtimes  # nothing rewritten
+    # truncate one, flip bytes in the middle of another, delete a third; a fourth is intact on
+    # disk but unknown to the manifest (driver killed before recording it): kept after a check
+    data = files[0].read_bytes()
+    files[0].write_bytes(data[: len(data) // 2])
+    data = bytearray(files[1].read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)
+    files[1].write_bytes(bytes(data))
+    files[2].unlink()
+    manifest = json.loads((sw.out / "manifest.json").read_text())
+    del manifest["tasks"][3]["sha256"]
+    (sw.out / "manifest.json").write_text(json.dumps(manifest))
+    (sw.out / "points" / ".stale.nc.abc.tmp").write_bytes(b"half")
+    report = sweep.run(sw, client=client)
+    assert (report.skipped, report.done) == (5, 3)
+    assert not list((sw.out / "points").glob(".*.tmp"))
+    after = sweep.collect(sw.out)
+    xr.testing.assert_identical(before.drop_attrs(), after.drop_attrs())
+
+
+def test_raising_and_diverging_points_are_recorded_and_the_rest_finishes(client, tmp_path):
+    axes = {
+        "theory.init": [{"kind": "perturbed"}, {"kind": "simulation", "path": "/no/such.nc"}],
+        "train.lr": [1.0, 1e9],
+    }
+    spec = _spec(tmp_path / "out", kind="theory", config={"theory.n": 256, "theory.max_steps": 500},
+                 axes=axes)  # fmt: skip
+    sw = sweep.resolve(spec)
+    report = sweep.run(sw, client=client)
+    assert (report.done, report.diverged, len(report.failed)) == (1, 1, 2)
+    manifest = sweep.read_manifest(sw.out)
+    st = {(json.dumps(e["params"]["init"]), e["params"]["lr"]): e for e in manifest["tasks"]}
+    failed = [e for e in manifest["tasks"] if e["status"] == "failed"]
+    assert all("does not exist" in e["error"] and "Traceback" in e["traceback"] for e in failed)
+    assert st[('{"kind": "perturbed"}', 1e9)]["status"] == "diverged"
+    ds = sweep.collect(sw.out)
+    assert ds.status.values.tolist() == [["done", "diverged"], ["failed", "failed"]]
+    assert np.isnan(ds.risk.isel(init=1)).all() and np.isfinite(ds.risk.isel(init=0, lr=0)).all()
+    n_files = len(list((sw.out / "points").glob("*.nc")))
+    again = sweep.run(sw, client=client)  # failed points are tried again, finished ones kept
+    assert (again.skipped, len(again.failed)) == (2, 2)
+    assert len(list((sw.out / "points").glob("*.nc"))) == n_files == 2
+
+
+# ----------------------------------------------------------------------------- killed processes
+SLOW = {"task.D": 200, "train.T": 40.0}  # ≈ 1 s per point on one core after compilation
+
+
+def _cli_sweep(spec_path: Path, jax_cache: str, *extra) -> subprocess.Popen:
+    env = dict(os.environ, HEADSPEC_JAX_CACHE=jax_cache)
+    return subprocess.Popen(
+        [HEADSPEC, "sweep", str(spec_path), "--workers", "2", *extra],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _wait_for_points(folder: Path, n: int, proc: subprocess.Popen, timeout=240.0) -> int:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        k = len(list((folder / "points").glob("*.nc")))
+        if k >= n or proc.poll() is not None:
+            return k
+        time.sleep(0.02)
+    raise TimeoutError("the sweep wrote no point in time")
+
+
+def _cleanup(proc):
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # orphans, if any
+    except ProcessLookupError:
+        pass
+
+
+def test_sigkill_of_the_sweep_then_rerun_gives_every_point_once(client, tmp_path, jax_cache):
+    axes = {"task.latent.scale": [0.5, 1.0, 1.5, 2.0], "train.lr": [0.5, 1.0]}
+    spec = _spec(tmp_path / "out", config=SLOW, axes=axes, seeds=2)
+    path = _write_spec(tmp_path / "spec.toml", spec)
+    proc = _cli_sweep(path, jax_cache)
+    try:
+        k = _wait_for_points(tmp_path / "out", 1, proc)
+        proc.send_signal(signal.SIGKILL)  # the sweep process only, as a crash would
+        proc.wait(timeout=30)
+    finally:
+        _cleanup(proc)
+    sw = sweep.resolve(sweep.load_spec(path)[0])
+    done_at_kill = len(list((tmp_path / "out" / "points").glob("*.nc")))
+    assert 1 <= k and done_at_kill < len(sw.tasks), "not killed midway"
+    proc = _cli_sweep(path, jax_cache)
+    try:
+        log, _ = proc.communicate(timeout=300)
+    finally:
+        _cleanup(proc)
+    assert proc.returncode == 0, log
+    assert "resuming" in log
+    files = sorted(p.name for p in (tmp_path / "out" / "points").iterdir())
+    assert files == sorted(Path(t.file).name for t in sw.tasks)  # each once, nothing else
+    manifest = sweep.read_manifest(tmp_path / "out")
+    assert [e["status"] for e in manifest["tasks"]] == ["done"] * len(sw.tasks)
+    assert len({e["hash"] for e in manifest["tasks"]}) == len(sw.tasks)
+    resumed = xr.load_dataset(tmp_path / "out" / "sweep.nc", engine="h5netcdf")
+    ref = sweep.resolve(_spec(tmp_path / "ref", config=SLOW, axes=axes, seeds=2))
+    sweep.run(ref, client=client)  # uninterrupted
+    xr.testing.assert_identical(resumed.drop_attrs(), sweep.collect(ref.out).drop_attrs())
+
+
+def test_a_killed_worker_does_not_stop_the_sweep(tmp_path, jax_cache):
+    import psutil
+
+    axes = {"task.latent.scale": [0.5, 1.0, 1.5, 2.0], "train.lr": [0.5, 1.0]}
+    path = _write_spec(tmp_path / "spec.toml", _spec(tmp_path / "out", config=SLOW, axes=axes))
+    proc = _cli_sweep(path, jax_cache)
+    try:
+        _wait_for_points(tmp_path / "out", 1, proc)
+
+        def worker_pids():
+            children = psutil.Process(proc.pid).children(recursive=True)
+            return {c.pid for c in children if "spawn_main" in " ".join(c.cmdline())}
+
+        workers = worker_pids()
+        assert len(workers) == 2
+        os.kill(min(workers), signal.SIGKILL)  # mid-task: one task is running on each
+        restarted = False
+        while proc.poll() is None and not restarted:
+            with contextlib.suppress(psutil.Error):
+                restarted = bool(worker_pids() - workers)  # the nanny started a new worker
+            time.sleep(0.05)
+        log, _ = proc.communicate(timeout=300)
+    finally:
+        _cleanup(proc)
+    assert proc.returncode == 0, log
+    assert restarted, "the sweep ended before the killed worker was replaced"
+    manifest = sweep.read_manifest(tmp_path / "out")
+    assert [e["status"] for e in manifest["tasks"]] == ["done"] * 8
+    ds = xr.load_dataset(tmp_path / "out" / "sweep.nc", engine="h5netcdf")
+    assert np.isfinite(ds.risk).all()
