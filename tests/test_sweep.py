@@ -198,10 +198,10 @@ def client(jax_cache):
 
 @pytest.fixture(scope="module")
 def sim_sweep(client, tmp_path_factory):
-    """A simulate sweep over scale × H with 3 seeds in blocks of 2 (seed blocks concatenated)."""
+    """A simulate sweep over scale × H with 2 seeds in blocks of 1 (seed blocks concatenated)."""
     out = tmp_path_factory.mktemp("sim") / "out"
     spec = _spec(out, axes={"task.latent.scale": [0.5, 1.5], "model.H": [2, 3]},
-                 seeds=3, seeds_per_task=2)  # fmt: skip
+                 seeds=2, seeds_per_task=1)  # fmt: skip
     sw = sweep.resolve(spec)
     report = sweep.run(sw, client=client)
     return sw, report
@@ -211,7 +211,7 @@ def test_sweep_on_local_cluster_equals_point_by_point_runs(sim_sweep):
     sw, report = sim_sweep
     assert (report.total, report.skipped, report.done, report.failed) == (8, 0, 8, [])
     ds = xr.load_dataset(report.dataset_path, engine="h5netcdf")
-    assert ds.sizes["scale"] == 2 and ds.sizes["H"] == 2 and ds.sizes["seed"] == 3
+    assert ds.sizes["scale"] == 2 and ds.sizes["H"] == 2 and ds.sizes["seed"] == 2
     assert ds["scale"].attrs["config_key"] == "task.latent.scale"
     assert np.isnan(ds.M.sel(H=2).isel(head=2)).all()  # padded head of the H = 2 points
     for t in sw.tasks:  # the same tasks run one by one in this process: bit for bit
@@ -222,7 +222,27 @@ def test_sweep_on_local_cluster_equals_point_by_point_runs(sim_sweep):
     # a seed's curves do not depend on how seeds are grouped (common random numbers): the
     # whole point in one run agrees up to the order of sums (float32 held-out loss)
     p = sw.points[-1]
-    _point_equal(ds, p.params, simulate(p.config.model_copy(update={"seeds": 3})), rtol=1e-6)
+    _point_equal(ds, p.params, simulate(p.config.model_copy(update={"seeds": 2})), rtol=1e-6)
+
+
+def test_cli_status_collect_and_changed_spec(sim_sweep, tmp_path):
+    sw, _ = sim_sweep
+    r = runner.invoke(app, ["sweep", "status", str(sw.out)])
+    assert r.exit_code == 0 and "done" in r.stdout and "8" in r.stdout
+    out = tmp_path / "all.nc"
+    r = runner.invoke(app, ["sweep", "collect", str(sw.out), "--out", str(out)])
+    assert r.exit_code == 0 and "4 of 4 points finished" in r.stdout
+    xr.testing.assert_identical(
+        xr.load_dataset(out, engine="h5netcdf").drop_attrs(), sweep.collect(sw.out).drop_attrs()
+    )
+    changed = _spec(sw.out, axes={"task.latent.scale": [0.5, 2.5], "model.H": [2, 3]},
+                    seeds=2, seeds_per_task=1)  # fmt: skip
+    spec = _write_spec(tmp_path / "changed.toml", changed)
+    before = sorted((sw.out / "points").iterdir())
+    r = runner.invoke(app, ["sweep", str(spec)])
+    assert r.exit_code == 2, r.stdout
+    assert "axis task.latent.scale: [0.5, 1.5] → [0.5, 2.5]" in r.stderr and "--force" in r.stderr
+    assert sorted((sw.out / "points").iterdir()) == before
 
 
 def test_theory_sweep_equals_point_by_point_runs(client, tmp_path):
@@ -388,3 +408,17 @@ def test_a_killed_worker_does_not_stop_the_sweep(tmp_path, jax_cache):
     assert [e["status"] for e in manifest["tasks"]] == ["done"] * 8
     ds = xr.load_dataset(tmp_path / "out" / "sweep.nc", engine="h5netcdf")
     assert np.isfinite(ds.risk).all()
+
+
+EXAMPLES = sorted((Path(__file__).parents[1] / "experiments").glob("sweep_*.toml"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
+def test_example_sweep_specs_resolve(path):
+    spec, root = sweep.load_spec(path)
+    sw = sweep.resolve(spec, root)
+    assert len(sw.tasks) >= 2 and all(t.hash for t in sw.tasks)
+
+
+def test_there_is_an_example_sweep_spec():
+    assert EXAMPLES
