@@ -232,6 +232,7 @@ def test_cli_status_collect_and_changed_spec(sim_sweep, tmp_path):
     out = tmp_path / "all.nc"
     r = runner.invoke(app, ["sweep", "collect", str(sw.out), "--out", str(out)])
     assert r.exit_code == 0 and "4 of 4 points finished" in r.stdout
+    assert (tmp_path / "sweep_final_risk.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     xr.testing.assert_identical(
         xr.load_dataset(out, engine="h5netcdf").drop_attrs(), sweep.collect(sw.out).drop_attrs()
     )
@@ -243,6 +244,18 @@ def test_cli_status_collect_and_changed_spec(sim_sweep, tmp_path):
     assert r.exit_code == 2, r.stdout
     assert "axis task.latent.scale: [0.5, 1.5] → [0.5, 2.5]" in r.stderr and "--force" in r.stderr
     assert sorted((sw.out / "points").iterdir()) == before
+
+
+def test_plot_sweep_draws_one_line_per_other_axis_value(sim_sweep):
+    from headspec.plots import final_risk, plot_sweep
+
+    ds = sweep.collect(sim_sweep[0].out)
+    mean, se = final_risk(ds)
+    assert mean.dims == ("scale", "H") and np.all(np.asarray(se) > 0)
+    np.testing.assert_allclose(mean.sel(scale=0.5, H=2), ds.risk.sel(scale=0.5, H=2)[:, -1].mean())
+    ax = plot_sweep(ds).axes[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["Bayes risk R_B"]
+    assert len(ax.containers) == 2  # two error-bar lines: H = 2 and H = 3
 
 
 def test_theory_sweep_equals_point_by_point_runs(client, tmp_path):

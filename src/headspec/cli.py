@@ -786,6 +786,7 @@ def sweep_run(
         err.print(f"… and {len(report.failed) - 10} more (see {plan.out / sw.MANIFEST})")
     if report.dataset_path is not None:
         out.print(f"wrote {report.dataset_path}")
+        out.print(f"wrote {sw.save_figure(sw.collect(plan.out), plan.out)}")
     if report.failed:
         raise typer.Exit(1)
 
@@ -809,6 +810,7 @@ def sweep_collect(
     dims = ", ".join(f"{k} = {v}" for k, v in ds.sizes.items())
     out.print(f"{ds.attrs['points_finished']} of {ds.attrs['points']} points finished; {dims}")
     out.print(f"wrote {path}")
+    out.print(f"wrote {sw.save_figure(ds, path.parent)}")
 
 
 @sweep_app.command("status")

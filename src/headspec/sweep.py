@@ -803,6 +803,15 @@ def save_collected(ds, path: str | Path) -> Path:
     return save(ds, path)
 
 
+def save_figure(ds, folder: str | Path) -> Path:
+    """The final-risk figure of a collected sweep, as ``folder/sweep_final_risk.png``."""
+    from headspec.plots import plot_sweep
+
+    path = Path(folder) / "sweep_final_risk.png"
+    plot_sweep(ds).savefig(path, dpi=120)
+    return path
+
+
 def status_counts(manifest: dict) -> dict[str, int]:
     out: dict[str, int] = {}
     for e in manifest["tasks"]:
@@ -828,6 +837,7 @@ __all__ = [
     "run",
     "run_task",
     "save_collected",
+    "save_figure",
     "spec_from_dict",
     "status_counts",
 ]
