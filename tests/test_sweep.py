@@ -162,6 +162,44 @@ def test_changed_spec_is_refused_unless_forced(tmp_path):
     assert manifest["spec_hash"] == changed.spec_hash and len(todo) == 2
 
 
+def test_a_second_run_on_the_same_folder_is_refused(tmp_path):
+    import fcntl
+
+    sw = sweep.resolve(_spec(tmp_path / "out"))
+    sw.out.mkdir()
+    with (sw.out / ".lock").open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running sweep holds it
+        with pytest.raises(sweep.SweepError, match="another headspec sweep is running"):
+            sweep.run(sw)
+    assert not (sw.out / "manifest.json").exists()
+
+
+def test_unreachable_scheduler_is_a_clear_error(tmp_path):
+    import dask.config
+
+    sw = sweep.resolve(_spec(tmp_path / "out"))
+    with (
+        dask.config.set({"distributed.comm.timeouts.connect": "2s"}),
+        pytest.raises(sweep.SweepError, match=r"cannot reach the Dask scheduler.*fix"),
+    ):
+        sweep.run(sw, scheduler="tcp://127.0.0.1:9")
+
+
+def test_worker_writes_the_point_only_where_the_folder_token_matches(tmp_path):
+    from headspec import results
+
+    task = sweep.resolve(_spec(tmp_path, kind="theory", config={"theory.n": 256})).tasks[0]
+    (tmp_path / "points").mkdir()
+    (tmp_path / sweep.TOKEN).write_text("abc")
+    target = tmp_path / task.file
+    res = sweep.run_task("theory", task.config.model_dump_json(), str(target), "other")
+    assert "dataset" in res and not target.exists()  # another machine's folder: driver writes
+    res = sweep.run_task("theory", task.config.model_dump_json(), str(target), "abc")
+    assert res.get("written") and "dataset" not in res
+    assert sweep.task_is_intact(tmp_path, task, None)  # loads, and its config hashes to the task
+    assert results.load(target).attrs["kind"] == "theory"
+
+
 def test_cli_sweep_bad_input_exits_2_without_output(tmp_path):
     out = tmp_path / "out"
     spec = _write_spec(tmp_path / "s.toml", _spec(out))
@@ -258,11 +296,11 @@ def test_plot_sweep_draws_one_line_per_other_axis_value(sim_sweep):
     assert len(ax.containers) == 2  # two error-bar lines: H = 2 and H = 3
 
 
-def test_theory_sweep_equals_point_by_point_runs(client, tmp_path):
+def test_theory_sweep_on_a_scheduler_address_equals_point_by_point_runs(client, tmp_path):
     spec = _spec(tmp_path / "out", kind="theory", config={"theory.n": 512},
                  axes={"train.lr": [0.5, 1.0]}, seeds=2)  # fmt: skip
     sw = sweep.resolve(spec)
-    report = sweep.run(sw, client=client)
+    report = sweep.run(sw, scheduler=client.scheduler.address)  # as --scheduler ADDRESS
     assert report.done == 2 and not report.failed
     ds = sweep.collect(sw.out)
     assert ds.attrs["sweep_kind"] == "theory" and list(ds.lr.values) == [0.5, 1.0]

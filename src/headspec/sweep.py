@@ -41,6 +41,7 @@ import json
 import os
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,6 +63,7 @@ from headspec.config import (
 from headspec.results import write_json_atomic
 
 MANIFEST = "manifest.json"
+TOKEN = ".token"  # a random string per run: a worker that reads it shares the driver's folder
 COLLECTED = "sweep.nc"
 MANIFEST_VERSION = 1
 MODELS = {"simulate": SimulateConfig, "theory": TheoryConfig}
@@ -410,13 +412,19 @@ def _kind_of(ds) -> str:
 _WORKER_READY = False
 
 
-def run_task(kind: str, config_json: str) -> dict:
+def run_task(kind: str, config_json: str, target: str | None = None, token: str = "") -> dict:
     """Run one task (on a worker): returns the status, the elapsed time and the dataset, or the
-    error of a point that raised. Never raises for an error of the point itself."""
+    error of a point that raised. Never raises for an error of the point itself.
+
+    With ``target`` (the point file's path) and a worker that sees the sweep folder — its
+    ``.token`` file holds ``token`` — the worker writes the file itself (atomically) and returns
+    no dataset: the driver, which also runs the scheduler, then only records it.
+    """
     global _WORKER_READY
     if not _WORKER_READY:
         _worker_setup()
         _WORKER_READY = True
+    from headspec import results
     from headspec.sgd import simulate
     from headspec.theory import solve
 
@@ -432,12 +440,24 @@ def run_task(kind: str, config_json: str) -> dict:
             "elapsed_s": time.perf_counter() - t0,
         }
     failed = [int(s) for s, f in zip(ds.seed.values, ds.failed.values, strict=True) if f]
-    return {
+    out = {
         "status": "diverged" if failed else "done",
         "diverged_seeds": failed,
         "elapsed_s": time.perf_counter() - t0,
-        "dataset": ds,
     }
+    if target is not None and _same_folder(Path(target).parent.parent, token):
+        results.save(ds, target)
+        out["written"] = True
+    else:  # no shared file system: the driver writes it
+        out["dataset"] = ds
+    return out
+
+
+def _same_folder(folder: Path, token: str) -> bool:
+    try:
+        return bool(token) and (folder / TOKEN).read_text() == token
+    except OSError:
+        return False
 
 
 def _worker_setup() -> None:
@@ -475,7 +495,7 @@ def dask_client(scheduler: str | None = None, workers: int | None = None) -> Ite
 
     if scheduler is not None:
         try:
-            client = Client(scheduler, timeout="20s")
+            client = Client(scheduler)  # waits distributed.comm.timeouts.connect (30 s)
         except (OSError, TimeoutError) as e:
             raise SweepError(
                 f"cannot reach the Dask scheduler at {scheduler!r} ({type(e).__name__}: {e}); "
@@ -528,6 +548,7 @@ def prepare(sweep: Sweep, force: bool = False) -> tuple[dict, list[Task]]:
         tmp.unlink(missing_ok=True)
     record = sweep.record()
     old_entries: dict[str, dict] = {}
+    created = None
     path = folder / MANIFEST
     if path.exists():
         try:
@@ -546,6 +567,7 @@ def prepare(sweep: Sweep, force: bool = False) -> tuple[dict, list[Task]]:
                     "spec there (points whose config is unchanged are re-used)"
                 )
             old_entries = {e["hash"]: e for e in old.get("tasks", []) if "hash" in e}
+            created = old.get("created")
     from headspec._meta import run_metadata
 
     manifest = {
@@ -553,7 +575,7 @@ def prepare(sweep: Sweep, force: bool = False) -> tuple[dict, list[Task]]:
         "spec": record,
         "spec_hash": sweep.spec_hash,
         "axes": [{"key": a.key, "name": a.name} for a in sweep.axes],
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "created": created or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         **run_metadata(),
         "tasks": [],
     }
@@ -608,8 +630,62 @@ def run(
     ``scheduler``, else to a local cluster of ``workers`` processes started for this call.
     ``on_start(client, n_todo, n_total)`` is called once the cluster is up; ``on_result(task,
     entry)`` after each finished task. Interruption (KeyboardInterrupt) keeps every finished
-    point; calling :func:`run` again resumes.
+    point; calling :func:`run` again resumes. Two runs on one folder at once are refused.
     """
+    sweep.out.mkdir(parents=True, exist_ok=True)
+    with _folder_lock(sweep.out):
+        return _run(sweep, scheduler, workers, client, force, collect_after, on_start, on_result)
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on ``folder/.lock`` for this process (released by the OS if it dies)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        yield
+        return
+    with (folder / ".lock").open("a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SweepError(
+                f"another headspec sweep is running in {folder}; fix: wait for it to finish, or "
+                "give another output folder (--out)"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _record(folder: Path, task: Task, entry: dict, res: dict) -> None:
+    """Write a finished task's file (unless its worker did) and record it in its manifest entry."""
+    from headspec import results
+
+    path = folder / task.file
+    if res["status"] != "failed":
+        if "dataset" in res:
+            results.save(res["dataset"], path)
+        if not path.is_file():  # a worker wrote it elsewhere: not past the token check
+            error = "the point file a worker wrote is not visible here"
+            res = {"status": "failed", "error": error}
+    for k in ("error", "traceback", "sha256", "elapsed_s", "diverged_seeds"):
+        entry.pop(k, None)
+    entry["status"] = res["status"]
+    if res["status"] == "failed":
+        entry["error"] = res["error"]
+        if "traceback" in res:
+            entry["traceback"] = res["traceback"]
+    else:
+        entry.update(
+            sha256=_sha256(path),
+            elapsed_s=round(res["elapsed_s"], 3),
+            diverged_seeds=res["diverged_seeds"],
+        )
+
+
+def _run(sweep, scheduler, workers, client, force, collect_after, on_start, on_result) -> Report:
     manifest, todo = prepare(sweep, force)
     by_hash = {e["hash"]: e for e in manifest["tasks"]}
     skipped = len(sweep.tasks) - len(todo)
@@ -618,6 +694,8 @@ def run(
     folder = sweep.out
     mpath = folder / MANIFEST
     if todo:
+        token = uuid.uuid4().hex
+        (folder / TOKEN).write_text(token)
         last_write = time.monotonic()
         given = contextlib.nullcontext(client) if client is not None else None
         with given or dask_client(scheduler, workers) as client:
@@ -630,6 +708,8 @@ def run(
                     run_task,
                     sweep.kind,
                     t.config.model_dump_json(),
+                    str((folder / t.file).resolve()),
+                    token,
                     key=f"headspec-{t.hash[:24]}",
                     pure=False,
                 ): t
@@ -638,31 +718,17 @@ def run(
             try:
                 for fut in as_completed(futures):
                     t = futures[fut]
-                    entry = by_hash[t.hash]
                     try:
                         res = fut.result()
                     except Exception as e:  # KilledWorker after repeated crashes, lost worker
                         res = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
                     fut.release()
-                    if res["status"] == "failed":
-                        entry.update(status="failed", error=res["error"])
-                        if "traceback" in res:
-                            entry["traceback"] = res["traceback"]
-                        failed.append((t.params, res["error"]))
+                    entry = by_hash[t.hash]
+                    _record(folder, t, entry, res)
+                    if entry["status"] == "failed":
+                        failed.append((t.params, entry["error"]))
                     else:
-                        from headspec import results
-
-                        ds = res.pop("dataset")
-                        results.save(ds, folder / t.file)
-                        entry.pop("error", None)
-                        entry.pop("traceback", None)
-                        entry.update(
-                            status=res["status"],
-                            sha256=_sha256(folder / t.file),
-                            elapsed_s=round(res["elapsed_s"], 3),
-                            diverged_seeds=res["diverged_seeds"],
-                        )
-                        counts[res["status"]] += 1
+                        counts[entry["status"]] += 1
                     if on_result is not None:
                         on_result(t, entry)
                     if time.monotonic() - last_write > 0.5:
@@ -671,6 +737,9 @@ def run(
             finally:
                 manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
                 write_json_atomic(mpath, manifest)
+                (folder / TOKEN).unlink(missing_ok=True)
+                for tmp in (folder / "points").glob(".*.tmp"):  # of workers killed mid-write
+                    tmp.unlink(missing_ok=True)
     out = None
     if collect_after and any(e["status"] in ("done", "diverged") for e in manifest["tasks"]):
         out = save_collected(collect(folder), folder / COLLECTED)
