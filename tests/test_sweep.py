@@ -33,6 +33,7 @@ TINY = {
     "record.points": 6,
     "record.n_mc": 256,
 }
+THEORY = {"theory.n": 256, "theory.max_steps": 500}  # one shape: compiled once per process
 
 
 def _spec(out, kind="simulate", config=None, axes=None, **sweep_keys) -> sweep.SweepSpec:
@@ -176,6 +177,7 @@ def test_a_second_run_on_the_same_folder_is_refused(tmp_path):
 
 def test_unreachable_scheduler_is_a_clear_error(tmp_path):
     import dask.config
+    import distributed  # noqa: F401  (its config defaults must exist before config.set)
 
     sw = sweep.resolve(_spec(tmp_path / "out"))
     with (
@@ -188,7 +190,7 @@ def test_unreachable_scheduler_is_a_clear_error(tmp_path):
 def test_worker_writes_the_point_only_where_the_folder_token_matches(tmp_path):
     from headspec import results
 
-    task = sweep.resolve(_spec(tmp_path, kind="theory", config={"theory.n": 256})).tasks[0]
+    task = sweep.resolve(_spec(tmp_path, kind="theory", config=THEORY, seeds=2)).tasks[0]
     (tmp_path / "points").mkdir()
     (tmp_path / sweep.TOKEN).write_text("abc")
     target = tmp_path / task.file
@@ -297,8 +299,8 @@ def test_plot_sweep_draws_one_line_per_other_axis_value(sim_sweep):
 
 
 def test_theory_sweep_on_a_scheduler_address_equals_point_by_point_runs(client, tmp_path):
-    spec = _spec(tmp_path / "out", kind="theory", config={"theory.n": 512},
-                 axes={"train.lr": [0.5, 1.0]}, seeds=2)  # fmt: skip
+    spec = _spec(tmp_path / "out", kind="theory", config=THEORY, axes={"train.lr": [0.5, 1.0]},
+                 seeds=2)  # fmt: skip
     sw = sweep.resolve(spec)
     report = sweep.run(sw, scheduler=client.scheduler.address)  # as --scheduler ADDRESS
     assert report.done == 2 and not report.failed
@@ -342,8 +344,7 @@ def test_raising_and_diverging_points_are_recorded_and_the_rest_finishes(client,
         "theory.init": [{"kind": "perturbed"}, {"kind": "simulation", "path": "/no/such.nc"}],
         "train.lr": [1.0, 1e9],
     }
-    spec = _spec(tmp_path / "out", kind="theory", config={"theory.n": 256, "theory.max_steps": 500},
-                 axes=axes)  # fmt: skip
+    spec = _spec(tmp_path / "out", kind="theory", config=THEORY, axes=axes, seeds=2)
     sw = sweep.resolve(spec)
     report = sweep.run(sw, client=client)
     assert (report.done, report.diverged, len(report.failed)) == (1, 1, 2)
@@ -473,3 +474,24 @@ def test_example_sweep_specs_resolve(path):
 
 def test_there_is_an_example_sweep_spec():
     assert EXAMPLES
+
+
+@pytest.mark.slow
+def test_ctrl_c_exits_130_and_the_rerun_resumes(tmp_path, jax_cache):
+    axes = {"task.latent.scale": [0.5, 1.0, 1.5, 2.0], "train.lr": [0.5, 1.0]}
+    path = _write_spec(tmp_path / "spec.toml", _spec(tmp_path / "out", config=SLOW, axes=axes))
+    proc = _cli_sweep(path, jax_cache)
+    try:
+        _wait_for_points(tmp_path / "out", 1, proc)
+        proc.send_signal(signal.SIGINT)
+        log, _ = proc.communicate(timeout=120)
+    finally:
+        _cleanup(proc)
+    assert proc.returncode == 130 and "run the same command again to resume" in log
+    kept = len(list((tmp_path / "out" / "points").glob("*.nc")))
+    proc = _cli_sweep(path, jax_cache)
+    try:
+        log, _ = proc.communicate(timeout=300)
+    finally:
+        _cleanup(proc)
+    assert proc.returncode == 0 and f"resuming: {kept} of 8 tasks already finished" in log

@@ -763,8 +763,7 @@ def sweep_run(
     except KeyboardInterrupt:
         bar.stop()
         err.print(
-            f"interrupted: {sum(counts.values())} tasks finished in this run are kept; run the "
-            "same command again to resume",
+            "interrupted: every finished point is kept; run the same command again to resume",
             markup=False,
         )
         raise typer.Exit(130) from None
