@@ -17,7 +17,7 @@ import pytest
 import xarray as xr
 from typer.testing import CliRunner
 
-from headspec import sweep
+from headspec import results, sweep
 from headspec.cli import app
 from headspec.config import ConfigError
 from headspec.sgd import simulate
@@ -188,8 +188,6 @@ def test_unreachable_scheduler_is_a_clear_error(tmp_path):
 
 
 def test_worker_writes_the_point_only_where_the_folder_token_matches(tmp_path):
-    from headspec import results
-
     task = sweep.resolve(_spec(tmp_path, kind="theory", config=THEORY, seeds=2)).tasks[0]
     (tmp_path / "points").mkdir()
     (tmp_path / sweep.TOKEN).write_text("abc")
@@ -310,6 +308,20 @@ def test_theory_sweep_on_a_scheduler_address_equals_point_by_point_runs(client, 
         one = solve(p.config)
         _point_equal(ds, p.params, one)
         assert float(ds.bayes_risk.sel(p.params)) == one.attrs["bayes_risk"]
+
+
+def test_points_with_different_time_grids_collect_on_a_grid_index(client, tmp_path):
+    sw = sweep.resolve(_spec(tmp_path / "out", kind="theory", config=THEORY, seeds=2,
+                             axes={"task.D": [40, 70]}))  # fmt: skip
+    assert sweep.run(sw, client=client).done == 2
+    ds = sweep.collect(sw.out)
+    assert "t_index" in ds.dims and ds.t.dims == ("D", "t_index")
+    for t in sw.tasks:
+        one = results.load(sw.out / t.file)
+        n = one.sizes["t"]
+        np.testing.assert_array_equal(ds.t.sel(D=t.params["D"])[:n], one.t)
+        np.testing.assert_array_equal(ds.risk.sel(D=t.params["D"])[:, :n], one.risk)
+    assert not np.array_equal(ds.t.sel(D=40), ds.t.sel(D=70), equal_nan=True)
 
 
 def test_rerun_skips_finished_points_and_recomputes_corrupt_ones(sim_sweep, client):
