@@ -376,6 +376,21 @@ def test_raising_and_diverging_points_are_recorded_and_the_rest_finishes(client,
 
 # ----------------------------------------------------------------------------- killed processes
 SLOW = {"task.D": 200, "train.T": 40.0}  # ≈ 1 s per point on one core after compilation
+SLOW_AXES = {"task.latent.scale": [0.5, 1.0, 1.5, 2.0], "train.lr": [0.5, 1.0]}  # 8 points
+
+
+def _slow_spec_file(tmp_path: Path, out: str = "out") -> Path:
+    spec = _spec(tmp_path / out, config=SLOW, axes=SLOW_AXES, seeds=2)
+    return _write_spec(tmp_path / "spec.toml", spec)
+
+
+def _run_to_end(path: Path, jax_cache: str) -> tuple[int, str]:
+    proc = _cli_sweep(path, jax_cache)
+    try:
+        log, _ = proc.communicate(timeout=300)
+    finally:
+        _cleanup(proc)
+    return proc.returncode, log
 
 
 def _cli_sweep(spec_path: Path, jax_cache: str, *extra) -> subprocess.Popen:
@@ -411,9 +426,7 @@ def _cleanup(proc):
 
 
 def test_sigkill_of_the_sweep_then_rerun_gives_every_point_once(client, tmp_path, jax_cache):
-    axes = {"task.latent.scale": [0.5, 1.0, 1.5, 2.0], "train.lr": [0.5, 1.0]}
-    spec = _spec(tmp_path / "out", config=SLOW, axes=axes, seeds=2)
-    path = _write_spec(tmp_path / "spec.toml", spec)
+    path = _slow_spec_file(tmp_path)
     proc = _cli_sweep(path, jax_cache)
     try:
         k = _wait_for_points(tmp_path / "out", 1, proc)
@@ -424,12 +437,8 @@ def test_sigkill_of_the_sweep_then_rerun_gives_every_point_once(client, tmp_path
     sw = sweep.resolve(sweep.load_spec(path)[0])
     done_at_kill = len(list((tmp_path / "out" / "points").glob("*.nc")))
     assert 1 <= k and done_at_kill < len(sw.tasks), "not killed midway"
-    proc = _cli_sweep(path, jax_cache)
-    try:
-        log, _ = proc.communicate(timeout=300)
-    finally:
-        _cleanup(proc)
-    assert proc.returncode == 0, log
+    rc, log = _run_to_end(path, jax_cache)
+    assert rc == 0, log
     assert "resuming" in log
     files = sorted(p.name for p in (tmp_path / "out" / "points").iterdir())
     assert files == sorted(Path(t.file).name for t in sw.tasks)  # each once, nothing else
@@ -437,7 +446,7 @@ def test_sigkill_of_the_sweep_then_rerun_gives_every_point_once(client, tmp_path
     assert [e["status"] for e in manifest["tasks"]] == ["done"] * len(sw.tasks)
     assert len({e["hash"] for e in manifest["tasks"]}) == len(sw.tasks)
     resumed = xr.load_dataset(tmp_path / "out" / "sweep.nc", engine="h5netcdf")
-    ref = sweep.resolve(_spec(tmp_path / "ref", config=SLOW, axes=axes, seeds=2))
+    ref = sweep.resolve(_spec(tmp_path / "ref", config=SLOW, axes=SLOW_AXES, seeds=2))
     sweep.run(ref, client=client)  # uninterrupted
     xr.testing.assert_identical(resumed.drop_attrs(), sweep.collect(ref.out).drop_attrs())
 
@@ -445,8 +454,7 @@ def test_sigkill_of_the_sweep_then_rerun_gives_every_point_once(client, tmp_path
 def test_a_killed_worker_does_not_stop_the_sweep(tmp_path, jax_cache):
     import psutil
 
-    axes = {"task.latent.scale": [0.5, 1.0, 1.5, 2.0], "train.lr": [0.5, 1.0]}
-    path = _write_spec(tmp_path / "spec.toml", _spec(tmp_path / "out", config=SLOW, axes=axes))
+    path = _slow_spec_file(tmp_path)
     proc = _cli_sweep(path, jax_cache)
     try:
         _wait_for_points(tmp_path / "out", 1, proc)
@@ -490,8 +498,7 @@ def test_there_is_an_example_sweep_spec():
 
 @pytest.mark.slow
 def test_ctrl_c_exits_130_and_the_rerun_resumes(tmp_path, jax_cache):
-    axes = {"task.latent.scale": [0.5, 1.0, 1.5, 2.0], "train.lr": [0.5, 1.0]}
-    path = _write_spec(tmp_path / "spec.toml", _spec(tmp_path / "out", config=SLOW, axes=axes))
+    path = _slow_spec_file(tmp_path)
     proc = _cli_sweep(path, jax_cache)
     try:
         _wait_for_points(tmp_path / "out", 1, proc)
@@ -501,9 +508,5 @@ def test_ctrl_c_exits_130_and_the_rerun_resumes(tmp_path, jax_cache):
         _cleanup(proc)
     assert proc.returncode == 130 and "run the same command again to resume" in log
     kept = len(list((tmp_path / "out" / "points").glob("*.nc")))
-    proc = _cli_sweep(path, jax_cache)
-    try:
-        log, _ = proc.communicate(timeout=300)
-    finally:
-        _cleanup(proc)
-    assert proc.returncode == 0 and f"resuming: {kept} of 8 tasks already finished" in log
+    rc, log = _run_to_end(path, jax_cache)
+    assert rc == 0 and f"resuming: {kept} of 8 tasks already finished" in log
