@@ -419,10 +419,8 @@ def _cleanup(proc):
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
-    try:
+    with contextlib.suppress(ProcessLookupError):  # the group is gone: no orphans left
         os.killpg(proc.pid, signal.SIGKILL)  # orphans, if any
-    except ProcessLookupError:
-        pass
 
 
 def test_sigkill_of_the_sweep_then_rerun_gives_every_point_once(client, tmp_path, jax_cache):
