@@ -1,23 +1,77 @@
 """headspec: the high-dimensional single-location model of multi-head attention.
 
-Importing headspec switches JAX to 64-bit mode (``jax_enable_x64``): the Bayes risks, the
-order-parameter theory and the gradient checks need float64. Every array headspec creates has an
-explicit dtype, so float32 runs stay float32 where a config asks for them.
+Layers (each imports only the ones below it; ``lint-imports`` checks it):
+``core`` (laws, task, attention, observables, schedules) → ``dynamics`` (SGD engines, the ODE,
+Bayes, pruning, analysis) → ``conventions`` (configs → objects, results schema, time grid, I/O)
+→ ``apps`` (command line, experiments and report, sweeps, figures).
+
+The short API for notebooks is imported lazily from here:
+
+- :func:`simulate`, :func:`solve` run a config (``SimulateConfig``, ``TheoryConfig``) and return an
+  xarray result; :func:`load` reads a saved one; :func:`bayes_risk` estimates R_B of a law;
+- :func:`load_config` builds a config from defaults, a TOML file and ``key.path=value`` overrides.
+
+headspec computes in float64 where it must without switching JAX's 64-bit mode on for the
+importing process (see :mod:`headspec.core.precision`); ``headspec.float64()`` is that context.
 
 Example:
     >>> import jax
     >>> import headspec as hs
     >>> law = hs.latent.Discrete(atoms=[[2.0, 0.0], [0.0, 2.0]], probs=[0.6, 0.4])
-    >>> est = hs.bayes.bayes_risk(jax.random.key(0), law, L=10, n=20_000)
+    >>> est = hs.bayes_risk(jax.random.key(0), law, L=10, n=20_000)
     >>> 0.0 < est.mean < 0.45
     True
+    >>> cfg = hs.load_config(hs.SimulateConfig, overrides=["task.D=60", "task.L=4", "model.H=2",
+    ...     "train.T=0.5", "seeds=2", "record.points=3", "train.engine='reduced'"])
+    >>> ds = hs.simulate(cfg)
+    >>> ds.risk.shape, ds.attrs["engine"]
+    ((2, 4), 'reduced')
 """
 
-import jax
+from __future__ import annotations
 
-jax.config.update("jax_enable_x64", True)
+import importlib
 
-from headspec import attention, bayes, latent, task  # noqa: E402
-from headspec._meta import __version__, run_metadata  # noqa: E402
+from headspec.conventions.provenance import __version__, run_metadata
 
-__all__ = ["__version__", "attention", "bayes", "latent", "run_metadata", "task"]
+# name → (module, attribute or None for the module itself); imported on first use
+_LAZY = {
+    "simulate": ("headspec.conventions.runs", "simulate"),
+    "solve": ("headspec.conventions.runs", "solve"),
+    "load": ("headspec.conventions.results", "load"),
+    "save": ("headspec.conventions.results", "save"),
+    "bayes_risk": ("headspec.dynamics.bayes", "bayes_risk"),
+    "load_config": ("headspec.conventions.config", "load_config"),
+    "SimulateConfig": ("headspec.conventions.config", "SimulateConfig"),
+    "TheoryConfig": ("headspec.conventions.config", "TheoryConfig"),
+    "BayesRunConfig": ("headspec.conventions.config", "BayesRunConfig"),
+    "float64": ("headspec.core.precision", "float64_context"),
+    # the modules, by their short names
+    "latent": ("headspec.core.latent", None),
+    "task": ("headspec.core.task", None),
+    "attention": ("headspec.core.attention", None),
+    "observables": ("headspec.core.observables", None),
+    "bayes": ("headspec.dynamics.bayes", None),
+    "ode": ("headspec.dynamics.ode", None),
+    "prune": ("headspec.dynamics.prune", None),
+    "analysis": ("headspec.dynamics.analysis", None),
+    "results": ("headspec.conventions.results", None),
+    "config": ("headspec.conventions.config", None),
+}
+
+__all__ = ["__version__", "run_metadata", *_LAZY]
+
+
+def __getattr__(name: str):
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'headspec' has no attribute {name!r}") from None
+    mod = importlib.import_module(module)
+    value = mod if attr is None else getattr(mod, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,107 @@
+"""The one place where configs become objects: laws, activations, schedules, engines, base
+samples and initial states. Everything below this layer takes objects and arrays, never configs.
+
+Example:
+    >>> from headspec.conventions.config import SimulateConfig, load_config
+    >>> cfg = load_config(SimulateConfig, overrides=["model.activation='softmax1'", "model.H=3"])
+    >>> round(initial_bias(cfg.model, cfg.task.L), 4)      # −log(L(H−1)), SPEC §4
+    -2.9957
+    >>> type(engine(cfg)).__name__
+    'FullEngine'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from headspec.core.attention import Activation, get_activation
+from headspec.core.latent import LatentLaw
+from headspec.core.observables import BaseSamples
+from headspec.core.schedules import Constant, InverseTime, Schedule
+from headspec.dynamics.engines import ENGINES, Engine
+from headspec.dynamics.initial import Given, InitialState, Perturbed, Symmetric
+
+Array = jax.Array
+
+
+def activation(model) -> Activation:
+    """The activation of a :class:`~headspec.conventions.config.ModelConfig`."""
+    return get_activation(model.activation, model.aggregation)
+
+
+def initial_bias(model, L: int) -> float:
+    """model.b0, or the activation's SPEC §4 default b_h(0)."""
+    return activation(model).default_bias(model.H, L) if model.b0 is None else model.b0
+
+
+def learning_rates(train) -> tuple[Array, Array]:
+    """(η, η_b) as arrays (traced in the jitted loops: a new η does not recompile); η_b = η
+    unless train.lr_b is given."""
+    return jnp.asarray(train.lr), jnp.asarray(train.lr if train.lr_b is None else train.lr_b)
+
+
+def schedule(cfg) -> Schedule:
+    """η(t)/η from a schedule config (``train.schedule``)."""
+    if cfg.kind == "inverse_time":
+        return InverseTime(cfg.t0, cfg.power)
+    return Constant()
+
+
+def engine(cfg, schedule_fn: Callable | None = None) -> Engine:
+    """The SGD engine of a :class:`~headspec.conventions.config.SimulateConfig`
+    (``schedule_fn``, a hashable pure function of t, replaces the config's schedule)."""
+    lr, lr_b = learning_rates(cfg.train)
+    kw = dict(
+        law=cfg.task.latent.build(),
+        activation=activation(cfg.model),
+        L=cfg.task.L,
+        D=cfg.task.D,
+        H=cfg.model.H,
+        B=cfg.train.batch,
+        lr=lr,
+        lr_b=lr_b,
+        schedule=schedule_fn or schedule(cfg.train.schedule),
+    )
+    if cfg.train.engine == "full":
+        kw["frame_kind"] = cfg.task.frame
+    return ENGINES[cfg.train.engine](**kw)
+
+
+def mc_key(mc_seed: int) -> Array:
+    """Key of the D → ∞ risk's base samples: disjoint from every run seed's stream."""
+    return jax.random.fold_in(jax.random.key(mc_seed), 0x6D63)  # "mc"
+
+
+def risk_base(record, law: LatentLaw, L: int, H: int, n: int | None = None) -> BaseSamples:
+    """The base samples of the recorded D → ∞ risk (``record.mc_seed``, ``record.n_mc``), shared
+    by every seed, run and the theory (common random numbers)."""
+    return BaseSamples.draw(mc_key(record.mc_seed), law, L, H, record.n_mc if n is None else n)
+
+
+def drift_base(options, law: LatentLaw, L: int, H: int) -> BaseSamples:
+    """The drift's base samples from :class:`~headspec.conventions.config.TheoryOptions`."""
+    if options.sampler == "sobol":
+        return BaseSamples.sobol(options.sample_seed, law, L, H, options.n)
+    key = jax.random.fold_in(jax.random.key(options.sample_seed), 0x6472)  # "dr"
+    return BaseSamples.draw(key, law, L, H, options.n)
+
+
+def initial_state(cfg) -> InitialState:
+    """The ODE's initial-state strategy of a :class:`~headspec.conventions.config.TheoryConfig`."""
+    init, model = cfg.theory.init, cfg.model
+    b0 = initial_bias(model, cfg.task.L)
+    if init.kind == "perturbed":
+        return Perturbed(D=cfg.task.D, sigma0=model.sigma0, b0=b0)
+    if init.kind == "symmetric":
+        return Symmetric(sigma0=model.sigma0, b0=b0)
+    if init.kind == "given":
+        b = jnp.full((model.H,), b0) if init.b is None else jnp.asarray(init.b, jnp.float64)
+        M, Q = jnp.asarray(init.M, jnp.float64), jnp.asarray(init.Q, jnp.float64)
+        return Given(M[None], Q[None], b[None], ids=np.array([cfg.seed]))
+    from headspec.conventions.results import simulation_states
+
+    return simulation_states(init.path, init.seeds, model.H, cfg.task.latent.F)

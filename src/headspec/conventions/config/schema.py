@@ -1,0 +1,262 @@
+"""The run configs: task, model, training, recording, theory, Bayes (SPEC §2–§5, §8).
+
+Every config refuses unknown keys, non-finite numbers and out-of-range values with a message that
+names the field and the fix. Numerical code never sees these objects: :mod:`headspec.conventions.
+build` turns them into laws, activations, engines and initial states.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import Field, Strict, model_validator
+
+from headspec.conventions.config.base import PositiveInt, StrictModel, Vector
+from headspec.conventions.config.latent import LatentConfig, _default_latent
+from headspec.dynamics.engines.reduced import fits as reduced_fits
+
+
+# ----------------------------------------------------------------------------- task
+class TaskConfig(StrictModel):
+    """The single-location task of SPEC §2."""
+
+    L: Annotated[int, Strict(), Field(ge=2, description="tokens per sequence (≥ 2)")] = 10
+    D: PositiveInt = Field(1000, description="token dimension (finite-D routes)")
+    frame: Literal["random", "canonical"] = Field(
+        "random", description="feature frame K*: random orthogonal or the first F axes"
+    )
+    latent: LatentConfig = Field(default_factory=_default_latent)
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.D < self.latent.F:
+            raise ValueError(
+                f"D = {self.D} is smaller than the number of latent features F = {self.latent.F}; "
+                f"fix: use D ≥ {self.latent.F}"
+            )
+        return self
+
+
+class BayesOptions(StrictModel):
+    """How `headspec bayes` estimates risks."""
+
+    samples: Annotated[int, Strict(), Field(ge=2)] = Field(
+        100_000, description="Monte-Carlo sequences (≥ 2)"
+    )
+    route: Literal["projected", "finite"] = Field(
+        "projected", description="'projected' (D → ∞) or 'finite' (exact loss at task.D)"
+    )
+
+
+class BayesRunConfig(StrictModel):
+    """Everything `headspec bayes` needs."""
+
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    bayes: BayesOptions = Field(default_factory=BayesOptions)
+    seed: Annotated[int, Strict(), Field(ge=0, le=2**63 - 1)] = 0
+
+
+# ----------------------------------------------------------------------------- simulate
+class ModelConfig(StrictModel):
+    """The multi-head attention of SPEC §3 and its initialisation (§4)."""
+
+    H: PositiveInt = Field(4, description="number of heads")
+    activation: Literal["softmax", "softmax1", "bayes_softmax"] = "softmax"
+    aggregation: Literal["mean", "sum"] | None = Field(
+        None, description="head aggregation; default mean for softmax, sum otherwise"
+    )
+    sigma0: float = Field(0.1, ge=0, description="initial keys k_h ~ N(0, sigma0² I_D)")
+    b0: float | None = Field(
+        None, description="initial biases; default 0, and −log(L(H−1)) for softmax1 (SPEC §4)"
+    )
+
+
+class ConstantSchedule(StrictModel):
+    """η(t) = η."""
+
+    kind: Literal["constant"] = "constant"
+
+
+class InverseTimeSchedule(StrictModel):
+    """η(t) = η · (1 + t/t0)^(−power)."""
+
+    kind: Literal["inverse_time"] = "inverse_time"
+    t0: float = Field(10.0, gt=0, description="time scale of the decay")
+    power: float = Field(1.0, ge=0, description="decay exponent")
+
+
+Schedule = Annotated[ConstantSchedule | InverseTimeSchedule, Field(discriminator="kind")]
+
+
+class TrainConfig(StrictModel):
+    """Online SGD (SPEC §4)."""
+
+    T: float = Field(20.0, gt=0, description="training time horizon, in t = samples/D")
+    lr: float = Field(1.0, gt=0, description="learning rate η of the keys")
+    lr_b: float | None = Field(None, gt=0, description="learning rate η_b of the biases (= η)")
+    batch: PositiveInt = Field(1, description="fresh sequences per step (summed, not averaged)")
+    schedule: Schedule = Field(default_factory=ConstantSchedule)
+    dtype: Literal["float32", "float64"] = Field("float32", description="simulation precision")
+    engine: Literal["full", "reduced"] = Field(
+        "full",
+        description="'full' (D-dimensional keys and tokens) or 'reduced' (exact, coordinates "
+        "in span(K*, K): per-step cost independent of D; needs D − F − H ≥ batch·L)",
+    )
+
+
+class RecordConfig(StrictModel):
+    """The shared time grid of SPEC §8 and how observables are estimated on it."""
+
+    grid: Literal["log", "linear"] = "log"
+    points: Annotated[int, Strict(), Field(ge=1, le=100_000)] = Field(
+        60, description="grid points after t = 0"
+    )
+    t_min: float = Field(0.05, gt=0, description="first non-zero time of the log grid")
+    n_mc: Annotated[int, Strict(), Field(ge=2)] = Field(
+        4096, description="Monte-Carlo samples for the D → ∞ risk of the current (M, Q, b)"
+    )
+    mc_seed: Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)] = Field(
+        0,
+        description="seed of the base samples of the D → ∞ risk; shared by all seeds and runs "
+        "(common random numbers), so a seed's curves do not depend on how seeds are grouped",
+    )
+    n_test: Annotated[int, Strict(), Field(ge=0)] | None = Field(
+        None,
+        description="held-out sequences per seed (finite-D test risk); default ≤ 256 "
+        "within a 256 MiB budget; 0 disables",
+    )
+
+
+def _check_grid(record: RecordConfig, train: TrainConfig) -> None:
+    """The log grid's first time must lie below the horizon."""
+    if record.grid == "log" and record.t_min >= train.T:
+        raise ValueError(
+            f"record.t_min = {record.t_min} is not below train.T = {train.T}; "
+            f"fix: lower record.t_min or raise train.T"
+        )
+
+
+class _RunConfig(StrictModel):
+    """The sections simulation and theory share: task, model, train, record, first seed."""
+
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    record: RecordConfig = Field(default_factory=RecordConfig)
+    seed: Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)] = Field(0, description="first seed")
+
+
+class SimulateConfig(_RunConfig):
+    """Everything `headspec simulate` needs."""
+
+    seeds: PositiveInt = Field(8, description="independent runs: seeds seed, seed+1, …")
+
+    @model_validator(mode="after")
+    def _check(self):
+        F, H, L, D, B = self.task.latent.F, self.model.H, self.task.L, self.task.D, self.train.batch
+        if self.train.engine == "reduced" and not reduced_fits(D, F, H, L, B):
+            raise ValueError(
+                f'train.engine = "reduced" needs task.D − F − model.H ≥ train.batch·task.L, got '
+                f'{D} − {F} − {H} < {B * L}; fix: use train.engine = "full" or a larger task.D'
+            )
+        _check_grid(self.record, self.train)
+        return self
+
+
+# ----------------------------------------------------------------------------- theory
+class PerturbedInit(StrictModel):
+    """The exact law of the finite-D initial overlaps: k_h ~ N(0, σ0² I_D) at D = task.D.
+
+    M_hf ~ N(0, σ0²/D) and Q = MMᵀ + σ0² W/D with W ~ Wishart(D − F, I_H): a symmetric state plus a
+    seeded perturbation of size σ0/√D (one per seed).
+    """
+
+    kind: Literal["perturbed"] = "perturbed"
+
+
+class SymmetricInit(StrictModel):
+    """M = 0, Q = σ0² I, b = b0: the D → ∞ initial state; identical heads never specialise.
+
+    The drift's base samples are then closed under cyclic shifts of the heads (cost × H), so the
+    estimated drift keeps the heads exactly identical.
+    """
+
+    kind: Literal["symmetric"] = "symmetric"
+
+
+class GivenInit(StrictModel):
+    """A user-given state (M, Q, b); Q and the joint covariance [[Q, M], [Mᵀ, I]] must be PSD."""
+
+    kind: Literal["given"] = "given"
+    M: Annotated[list[Vector], Field(min_length=1)] = Field(description="H rows of F numbers")
+    Q: Annotated[list[Vector], Field(min_length=1)] = Field(description="H×H, symmetric")
+    b: Vector | None = Field(None, description="H biases (default: model.b0 rule)")
+
+
+class SimulationInit(StrictModel):
+    """The exact initial (M, Q, b) of the seeds of a simulation result file."""
+
+    kind: Literal["simulation"] = "simulation"
+    path: str = Field(description="a result file written by `headspec simulate`")
+    seeds: list[Annotated[int, Strict()]] | None = Field(
+        None, description="seed ids to start from (default: all seeds of the file)"
+    )
+
+
+Init = Annotated[
+    PerturbedInit | SymmetricInit | GivenInit | SimulationInit, Field(discriminator="kind")
+]
+
+
+class TheoryOptions(StrictModel):
+    """How the ODE's expectations are estimated and integrated."""
+
+    n: Annotated[int, Strict(), Field(ge=2)] = Field(
+        8192, description="base samples of the drift's expectations (common random numbers)"
+    )
+    sampler: Literal["mc", "sobol"] = Field(
+        "sobol", description="plain Monte Carlo or scrambled Sobol quasi-Monte Carlo"
+    )
+    sample_seed: Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)] = 0
+    rtol: float = Field(1e-5, gt=0, description="relative tolerance of the adaptive solver")
+    atol: float = Field(1e-7, gt=0, description="absolute tolerance of the adaptive solver")
+    max_steps: Annotated[int, Strict(), Field(ge=1)] = Field(
+        100_000, description="solver steps allowed between two grid points"
+    )
+    init: Init = Field(default_factory=PerturbedInit)
+
+
+class TheoryConfig(_RunConfig):
+    """Everything `headspec theory` needs (task, model, train, record as for `simulate`)."""
+
+    theory: TheoryOptions = Field(default_factory=TheoryOptions)
+    seeds: PositiveInt = Field(1, description="perturbed initial states: seeds seed, seed+1, …")
+
+    @model_validator(mode="after")
+    def _check(self):
+        _check_grid(self.record, self.train)
+        init = self.theory.init
+        if init.kind == "given":
+            H, F = self.model.H, self.task.latent.F
+            if len(init.M) != H or any(len(r) != F for r in init.M):
+                raise ValueError(
+                    f"theory.init.M must be {H}×{F} (model.H × latent F); fix: give H rows of "
+                    f"F numbers"
+                )
+            if len(init.Q) != H or any(len(r) != H for r in init.Q):
+                raise ValueError(f"theory.init.Q must be {H}×{H}; fix: give an H×H matrix")
+            if init.b is not None and len(init.b) != H:
+                raise ValueError(f"theory.init.b must have H = {H} entries; fix: give {H} biases")
+            M, Q = np.asarray(init.M), np.asarray(init.Q)
+            tol = 1e-9 * max(1.0, float(np.abs(Q).max()))
+            if not np.allclose(Q, Q.T, atol=tol, rtol=0):
+                raise ValueError("theory.init.Q is not symmetric; fix: make Q[i][j] = Q[j][i]")
+            w = float(np.linalg.eigvalsh(Q - M @ M.T).min())
+            if w < -tol:
+                raise ValueError(
+                    f"theory.init: Q − MMᵀ is not positive semi-definite (smallest eigenvalue "
+                    f"{w:.3g}), so no keys have these overlaps; fix: give Q ⪰ MMᵀ (|k_h|² ≥ "
+                    f"|M_h|²)"
+                )
+        return self

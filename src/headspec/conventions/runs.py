@@ -1,0 +1,220 @@
+"""Runs from configs: simulate, solve the ODE, Bayes risks, pruning of a saved result.
+
+Each function turns its config into objects (:mod:`headspec.conventions.build`), calls the
+numerical code of :mod:`headspec.dynamics` and assembles the result in the shared schema
+(:mod:`headspec.conventions.results`) with the resolved config and provenance.
+
+Example:
+    >>> from headspec.conventions.config import SimulateConfig, load_config
+    >>> cfg = load_config(SimulateConfig, overrides=[
+    ...     "task.D=50", "task.L=4", "model.H=2", "train.T=1.0", "seeds=2", "record.points=3"])
+    >>> ds = simulate(cfg)
+    >>> ds.risk.dims, ds.M.shape
+    (('seed', 't'), (2, 4, 2, 2))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from headspec.conventions import build, results
+from headspec.conventions.timegrid import time_grid
+from headspec.core.observables import Observation
+from headspec.core.precision import float64
+from headspec.core.stats import MCEstimate
+from headspec.dynamics import ode
+from headspec.dynamics.bayes import bayes_risk, estimate_risks, reference_predictors
+from headspec.dynamics.engines import run, seed_keys
+from headspec.dynamics.prune import prune_path
+
+
+def _grid(cfg):
+    r = cfg.record
+    return time_grid(r.grid, r.points, r.t_min, cfg.train.T, cfg.task.D, cfg.train.batch)
+
+
+@float64
+def simulate(cfg, progress: Callable[[int, int], None] | None = None, schedule=None):
+    """Run a :class:`~headspec.conventions.config.SimulateConfig`; returns the result dataset.
+
+    ``progress(steps_done, steps_total)`` is called after every chunk; ``schedule`` (a hashable
+    pure function t ↦ η(t)/η) overrides the config's schedule.
+    """
+    dtype = jnp.float32 if cfg.train.dtype == "float32" else jnp.float64
+    engine = build.engine(cfg, schedule)
+    law = engine.law
+    seed_ids = np.arange(cfg.seed, cfg.seed + cfg.seeds)
+    keys = seed_keys(seed_ids)
+    base = build.risk_base(cfg.record, law, cfg.task.L, cfg.model.H)
+    b0 = build.initial_bias(cfg.model, cfg.task.L)
+    state = engine.init(keys, cfg.model.sigma0, b0, dtype)
+    test, n_test = engine.test_set(keys["test"], state, cfg.record.n_test)
+    steps, ts = _grid(cfg)
+    obs, state = run(engine, state, keys["train"], steps, base, test, progress)
+    fail_step = np.asarray(state.fail_step)
+    return assemble(
+        "simulation",
+        cfg,
+        law,
+        ts,
+        steps,
+        seed_ids,
+        obs,
+        fail_step,
+        np.where(fail_step >= 0, fail_step * cfg.train.batch / cfg.task.D, np.nan),
+        {"engine": cfg.train.engine, "n_test": n_test, "dtype": cfg.train.dtype},
+    )
+
+
+@float64
+def solve(cfg, progress: Callable[[float, float], None] | None = None, schedule=None):
+    """Integrate the ODE of SPEC §5 for a :class:`~headspec.conventions.config.TheoryConfig`.
+
+    Returns a dataset of the shared result schema (kind "theory") on the same time grid as
+    ``simulate`` with the same task/train/record options; its risk uses the simulator's base
+    samples (``record.mc_seed``, ``record.n_mc``). ``progress(t_done, T)`` at every grid point.
+    """
+    law = cfg.task.latent.build()
+    H, L = cfg.model.H, cfg.task.L
+    lr, lr_b = cfg.train.lr, cfg.train.lr if cfg.train.lr_b is None else cfg.train.lr_b
+    init = build.initial_state(cfg)
+    base = build.drift_base(cfg.theory, law, L, H)
+    if init.symmetric:
+        base = base.head_cyclic()  # identical heads must stay identical (cost × H)
+    steps, ts = _grid(cfg)
+    y0, seed_ids = init.states(H, law.F, np.arange(cfg.seed, cfg.seed + cfg.seeds))
+    obs, fail_t, n_steps = ode.integrate(
+        y0,
+        ts,
+        build.activation(cfg.model),
+        law,
+        base,
+        build.risk_base(cfg.record, law, L, H),
+        lr,
+        lr_b,
+        schedule or build.schedule(cfg.train.schedule),
+        cfg.theory.rtol,
+        cfg.theory.atol,
+        cfg.theory.max_steps,
+        progress,
+    )
+    failed = np.isfinite(fail_t)
+    fail_step = np.where(failed, np.round(np.nan_to_num(fail_t) * cfg.task.D), -1).astype(int)
+    extra = {
+        "engine": "ode",
+        "init": cfg.theory.init.kind,
+        "sampler": cfg.theory.sampler,
+        "n_drift": int(base.n),
+        "solver_steps": n_steps,
+    }
+    return assemble("theory", cfg, law, ts, steps, seed_ids, obs, fail_step, fail_t, extra)
+
+
+def assemble(kind, cfg, law, ts, steps, seed_ids, obs, fail_step, fail_t, extra):
+    """The result dataset from per-grid-point observations (shared by simulation and theory):
+    stacks them to (seed, t, …) and records the Bayes risk (10^5 sequences) as a reference."""
+    stacked = Observation(*[np.stack(x, axis=1) for x in zip(*obs, strict=True)])  # (S, T, …)
+    rb = bayes_risk(jax.random.key(cfg.seed), law, cfg.task.L, n=100_000)
+    return results.from_observations(
+        kind=kind,
+        t=ts,
+        steps=steps,
+        seeds=seed_ids,
+        obs=stacked,
+        fail_step=fail_step,
+        fail_t=fail_t,
+        config=cfg,
+        extra_attrs={"bayes_risk": rb.mean, "bayes_risk_se": rb.se, **extra},
+        atoms=law.atoms_or_none(),
+    )
+
+
+def divergence_message(ds, seed_index: int) -> str:
+    """Human explanation of a diverged seed."""
+    lr = ds.attrs.get("lr", "?")
+    step = int(ds.fail_step[seed_index])
+    t = float(ds.fail_t[seed_index])
+    return (
+        f"seed {int(ds.seed[seed_index])} diverged at step {step} (t = {t:.4g}): the loss, "
+        f"biases or key norms became non-finite; the learning rate (train.lr = {lr}) is "
+        f"likely too large — lower train.lr (or train.lr_b); its results stop at t = {t:.4g}"
+    )
+
+
+@float64
+def run_bayes(cfg) -> dict:
+    """Bayes risk and reference risks for a :class:`~headspec.conventions.config.BayesRunConfig`.
+
+    Returns a JSON-ready dict: resolved config, seed, provenance and one row per predictor
+    (risk, standard error, and excess risk over R_B with its paired standard error).
+    """
+    from headspec.conventions.provenance import run_metadata
+
+    law = cfg.task.latent.build()
+    refs = reference_predictors(law, cfg.task.L)
+    est, samples = estimate_risks(
+        jax.random.key(cfg.seed),
+        law,
+        cfg.task.L,
+        {k: p for k, (p, _) in refs.items()},
+        n=cfg.bayes.samples,
+        route=cfg.bayes.route,
+        D=cfg.task.D,
+        frame=cfg.task.frame,
+        return_samples=True,
+    )
+    rows = []
+    for name, (pred, desc) in refs.items():
+        excess = MCEstimate.of(samples[name] - samples["bayes"])
+        rows.append(
+            {
+                "predictor": name,
+                "description": desc,
+                "heads": pred.n_heads,
+                "risk": est[name].mean,
+                "se": est[name].se,
+                "excess_over_bayes": excess.mean,
+                "excess_se": excess.se,
+            }
+        )
+    return {
+        "command": "bayes",
+        "config": cfg.model_dump(mode="json"),
+        "seed": cfg.seed,
+        "metadata": run_metadata(),
+        "bayes_risk": {"mean": est["bayes"].mean, "se": est["bayes"].se, "n": est["bayes"].n},
+        "results": rows,
+    }
+
+
+def config_model(ds):
+    """The validated config a result was made with (SimulateConfig or TheoryConfig)."""
+    from headspec.conventions.config import SimulateConfig, TheoryConfig
+
+    raw = results.config_of(ds)
+    return (TheoryConfig if "theory" in raw else SimulateConfig).model_validate(raw)
+
+
+@float64
+def prune_result(ds, seed_index: int = 0, t_index: int = -1, n: int = 16384, random_orders=8):
+    """Greedy and random pruning paths of one seed of a result (its state at one time).
+
+    Returns {"greedy": path, "random": [paths…], "n_heads": [...]}; risks are D → ∞ risks on
+    ``n`` base samples (seeded from the result's record.mc_seed); random order k uses key 1000 + k.
+    """
+    cfg = config_model(ds)
+    law = cfg.task.latent.build()
+    act = build.activation(cfg.model)
+    st = ds.isel(seed=seed_index, t=t_index)
+    M, Q, b = (np.asarray(st[v].values) for v in ("M", "Q", "b"))
+    base = build.risk_base(cfg.record, law, cfg.task.L, M.shape[0], n)
+    greedy = prune_path(M, Q, b, act, law, base, "greedy")
+    rand = [
+        prune_path(M, Q, b, act, law, base, "random", jax.random.key(1000 + k))
+        for k in range(random_orders)
+    ]
+    return {"greedy": greedy, "random": rand, "n_heads": greedy["n_heads"]}

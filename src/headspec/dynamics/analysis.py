@@ -1,0 +1,172 @@
+"""Analysis of results: comparing theory with simulation (more to come: phases, specialisation).
+
+Example:
+    >>> import numpy as np, xarray as xr
+    >>> # two datasets of the result schema on the same grid: see headspec.results
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+
+def align_time(sim: xr.Dataset, theory: xr.Dataset) -> xr.Dataset:
+    """The theory on the simulation's time grid (itself when the grids agree; else linear
+    interpolation in t, NaN outside the theory's range)."""
+    if sim.sizes["t"] == theory.sizes["t"] and np.allclose(sim.t, theory.t, rtol=1e-9, atol=0):
+        return theory.assign_coords(t=sim.t.values, step=("t", sim.step.values))
+    return theory.drop_vars("step").interp(t=sim.t.values)
+
+
+def compare(sim: xr.Dataset, theory: xr.Dataset, until: float | None = None) -> dict:
+    """Largest deviation between a simulation and a theory result, per quantity.
+
+    When the theory started from the simulation's own seeds (``--init-from``), both are averaged
+    over those seeds; otherwise each is averaged over all its seeds. Heads are compared by index
+    (the same initial state gives the same identities). Risk deviations are relative to the
+    theory; M, Q, b and cos are absolute. ``until`` limits the window to t ≤ until.
+
+    Returns ``{quantity: {"max_dev", "t", "relative", "sim_se"}}`` (sim_se: standard error of the
+    simulation's seed mean at that time, for risk).
+    """
+    th = align_time(sim, theory)
+    common = [s for s in th.seed.values if s in set(sim.seed.values)]
+    if common and th.attrs.get("init") == "simulation":
+        sim_sel, th_sel = sim.sel(seed=common), th.sel(seed=common)
+    else:
+        sim_sel, th_sel = sim, th
+    t = sim.t.values
+    window = np.ones(t.size, bool) if until is None else t <= until
+    out = {}
+    for q in ("risk", "M", "Q", "b", "cos"):
+        a = sim_sel[q].mean("seed").values[window]
+        b = th_sel[q].mean("seed").values[window]
+        if q == "risk":
+            dev = np.abs(a - b) / np.abs(b)
+        else:
+            dev = np.abs(a - b).reshape(a.shape[0], -1).max(axis=1)
+        if not np.isfinite(dev).any():
+            out[q] = {"max_dev": float("nan"), "t": float("nan"), "relative": q == "risk"}
+            continue
+        k = int(np.nanargmax(dev))
+        entry = {"max_dev": float(dev[k]), "t": float(t[window][k]), "relative": q == "risk"}
+        if q == "risk":
+            r = sim_sel.risk.values[:, window][:, k]
+            entry["sim_se"] = float(np.nanstd(r, ddof=1) / np.sqrt(r.size)) if r.size > 1 else 0.0
+        out[q] = entry
+    return out
+
+
+# ============================================================================ head geometry
+def head_mean_cosine(Q: np.ndarray) -> np.ndarray:
+    """cos(k_h, k̄) of every head with the heads' mean k̄ = (1/H) Σ_h k_h, from Q (..., H, H).
+
+    k_h·k̄ = (Q 1)_h / H and |k̄|² = 1ᵀQ1 / H² (all divided by D). Returns shape (..., H).
+    """
+    Q = np.asarray(Q, dtype=float)
+    H = Q.shape[-1]
+    dot = Q.sum(-1) / H  # (..., H)
+    norm_mean = np.sqrt(np.maximum(Q.sum((-2, -1)), 0.0)) / H  # (...)
+    norm_h = np.sqrt(np.maximum(np.einsum("...hh->...h", Q), 0.0))  # (..., H)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return dot / (norm_h * norm_mean[..., None])
+
+
+def unspecialised(Q: np.ndarray, cos_threshold: float = 0.95) -> np.ndarray:
+    """True where every head points within ``cos_threshold`` of the heads' common mean direction
+    (the unspecialised phase of SPEC §7 E1). Q (..., H, H) → (...)."""
+    return np.all(head_mean_cosine(Q) >= cos_threshold, axis=-1)
+
+
+def specialisation_times(t: np.ndarray, Q: np.ndarray, cos_threshold: float = 0.95) -> np.ndarray:
+    """When each head leaves the common direction, per seed: t (T,), Q (S, T, H, H) → (S, H).
+
+    The common phase is the first time all heads are within ``cos_threshold`` of their mean
+    direction; a head's specialisation time is the first later time at which its cosine with the
+    mean direction falls below ``cos_threshold``. NaN where there is no common phase or the head
+    never leaves it.
+    """
+    t = np.asarray(t, dtype=float)
+    c = head_mean_cosine(Q)  # (S, T, H)
+    together = np.all(c >= cos_threshold, axis=-1)  # (S, T)
+    S, _, H = c.shape
+    out = np.full((S, H), np.nan)
+    for s in range(S):
+        start = np.flatnonzero(together[s])
+        if start.size == 0:
+            continue
+        k0 = start[0]
+        for h in range(H):
+            left = np.flatnonzero(c[s, k0:, h] < cos_threshold)
+            if left.size:
+                out[s, h] = t[k0 + left[0]]
+    return out
+
+
+def atom_cosines(M: np.ndarray, Q: np.ndarray, atoms: np.ndarray) -> np.ndarray:
+    """cos(k_h, K* a_j) = M_h·a_j / (√Q_hh |a_j|): M (..., H, F), Q (..., H, H), atoms (J, F)
+    → (..., H, J)."""
+    atoms = np.asarray(atoms, dtype=float)
+    dots = np.asarray(M, dtype=float) @ atoms.T  # (..., H, J)
+    norm_h = np.sqrt(np.maximum(np.einsum("...hh->...h", np.asarray(Q, dtype=float)), 0.0))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return dots / (norm_h[..., None] * np.linalg.norm(atoms, axis=-1))
+
+
+def best_atom(M, Q, atoms, min_cos: float = 0.5) -> np.ndarray:
+    """Index of the atom each head is closest to (by cosine), −1 if no cosine reaches min_cos.
+    Shape (..., H)."""
+    c = atom_cosines(M, Q, atoms)
+    idx = np.argmax(np.nan_to_num(c, nan=-np.inf), axis=-1)
+    ok = np.take_along_axis(np.nan_to_num(c, nan=-np.inf), idx[..., None], -1)[..., 0] >= min_cos
+    return np.where(ok, idx, -1)
+
+
+def head_split(M, Q, atoms, min_cos: float = 0.5) -> np.ndarray:
+    """How many heads sit on each atom: (..., J) counts (heads matching no atom are left out)."""
+    idx = best_atom(M, Q, atoms, min_cos)
+    J = np.asarray(atoms).shape[0]
+    return np.stack([(idx == j).sum(-1) for j in range(J)], axis=-1)
+
+
+def match_heads(M, Q, atoms) -> tuple[np.ndarray, np.ndarray]:
+    """Optimal assignment (Hungarian) of heads to atoms maximising the summed cosine, for one
+    state: M (H, F), Q (H, H). Returns (heads, atoms) index arrays of length min(H, J)."""
+    from scipy.optimize import linear_sum_assignment
+
+    c = np.nan_to_num(atom_cosines(M, Q, atoms), nan=-1.0)  # (H, J)
+    return linear_sum_assignment(-c)
+
+
+# ============================================================================ risk plateaus
+def plateaus(
+    t: np.ndarray, risk: np.ndarray, max_slope: float = 0.01, min_decades: float = 0.3
+) -> list[dict]:
+    """Flat stretches of a risk curve on a log-time axis.
+
+    A plateau is a maximal run of consecutive grid intervals (t > 0) on which the risk changes by
+    at most ``max_slope`` per decade of t, spanning at least ``min_decades`` decades. Returns
+    ``[{"t_start", "t_end", "level"}]`` (level: mean risk over the stretch), in time order.
+    """
+    t = np.asarray(t, dtype=float)
+    r = np.asarray(risk, dtype=float)
+    keep = (t > 0) & np.isfinite(r)
+    t, r = t[keep], r[keep]
+    if t.size < 2:
+        return []
+    lt = np.log10(t)
+    slope = np.abs(np.diff(r) / np.diff(lt))  # (T−1,)
+    flat = slope <= max_slope
+    out, k = [], 0
+    while k < flat.size:
+        if not flat[k]:
+            k += 1
+            continue
+        j = k
+        while j + 1 < flat.size and flat[j + 1]:
+            j += 1
+        if lt[j + 1] - lt[k] >= min_decades:
+            out.append({"t_start": t[k], "t_end": t[j + 1], "level": float(r[k : j + 2].mean())})
+        k = j + 1
+    return out

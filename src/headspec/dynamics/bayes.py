@@ -1,0 +1,217 @@
+"""Bayes-optimal prediction of SPEC §6 and Monte-Carlo risks with standard errors.
+
+Posterior of the location: P(ε = l | X) ∝ Λ(ν_l), ν_l = K*ᵀx_l/√D. The Bayes predictor is
+E[y | X] = Σ_l P(ε = l | X) x_l and the Bayes risk is R_B = ½ E Σ_l (P_l − 1[l=ε])² (D → ∞).
+
+For a discrete law the Bayes predictor *is* a Bayes-softmax with one head per atom
+(:func:`constructed_bayes_softmax`: M_j = a_j, Q = [a_i·a_j], b_j = log p_j − |a_j|²/2).
+
+Risks are estimated by :func:`estimate_risks`, which evaluates several predictors on the *same*
+samples, along one of two routes:
+
+- ``"projected"`` (D → ∞): sample (λ, ν) of SPEC §5, loss ½ Σ_l (W_l − 1[l=ε])²;
+- ``"finite"``: sample X at finite D, exact loss |ŷ − y|²/(2D) (differs by O(1/D) in mean).
+
+Example:
+    >>> import jax
+    >>> from headspec.latent import Discrete
+    >>> law = Discrete([[2.0, 0.0], [0.0, 2.0]], [0.6, 0.4])
+    >>> out = estimate_risks(jax.random.key(0), law, L=10, n=10_000,
+    ...     predictors={"bayes": Posterior(law), "constructed": constructed_bayes_softmax(law)})
+    >>> abs(out["bayes"].mean - out["constructed"].mean) < 1e-12
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from headspec.core.attention import (
+    BayesSoftmax,
+    Heads,
+    Predictor,
+    Softmax,
+    Uniform,
+    Zero,
+    loss_finite,
+    loss_projected,
+)
+from headspec.core.latent import Discrete, LatentLaw
+from headspec.core.linalg import psd_root
+from headspec.core.precision import float64
+from headspec.core.stats import MCEstimate
+from headspec.core.task import Task, sample_batch, sample_projected
+
+Array = jax.Array
+
+
+@float64
+def log_posterior(law: LatentLaw, nu: Array) -> Array:
+    """log P(ε = l | X) from ν (..., L, F): shape (..., L)."""
+    return jax.nn.log_softmax(law.log_lambda(nu), axis=-1)  # (..., L)
+
+
+@float64
+def posterior(law: LatentLaw, nu: Array) -> Array:
+    """P(ε = l | X) from ν (..., L, F): shape (..., L)."""
+    return jnp.exp(log_posterior(law, nu))  # (..., L)
+
+
+@float64
+def bayes_predict(task: Task, X: Array) -> Array:
+    """The Bayes-optimal predictor E[y | X] = Σ_l P(ε=l|X) x_l for tokens X (..., L, D)."""
+    P = posterior(task.law, X @ task.U)  # (..., L)
+    return jnp.einsum("...l,...ld->...d", P, X)  # (..., D)
+
+
+class Posterior(Predictor):
+    """The Bayes-optimal predictor as a :class:`~headspec.attention.Predictor` (uses ν only)."""
+
+    law: LatentLaw
+
+    def token_weights(self, lam, nu):
+        return posterior(self.law, nu)  # (n, L)
+
+
+@float64
+def constructed_bayes_softmax(law: Discrete) -> Heads:
+    """The Bayes-softmax predictor that equals the Bayes predictor for a discrete law (SPEC §6).
+
+    One head per atom: keys k_j = K* a_j (so M = atoms, Q = atoms·atomsᵀ), biases
+    b_j = log p_j − |a_j|²/2, heads summed.
+    """
+    if not law.n_atoms:
+        raise ValueError("the constructed Bayes-softmax optimum exists only for discrete laws")
+    A = law.atoms  # (J, F)
+    b = jnp.log(law.probs) - 0.5 * jnp.sum(A**2, axis=-1)  # (J,)
+    return Heads(M=A, Q=A @ A.T, b=b, activation=BayesSoftmax(aggregation="sum"))
+
+
+def _joint_overlaps(predictors: Mapping[str, Predictor], F: int):
+    """Stack all predictors' keys: M (H_tot, F), Q (H_tot, H_tot), and each one's head slice.
+
+    Keys of different predictors share their components along K* (through M); their parts
+    orthogonal to K* are taken independent.
+    """
+    Ms, roots, slices, start = [], [], {}, 0
+    for name, p in predictors.items():
+        M, Q = p.overlaps(F)
+        H = M.shape[0]
+        Ms.append(jnp.asarray(M, dtype=jnp.float64).reshape(H, F))
+        roots.append(psd_root(jnp.asarray(Q, dtype=jnp.float64) - Ms[-1] @ Ms[-1].T))
+        slices[name] = slice(start, start + H)
+        start += H
+    M_all = jnp.concatenate(Ms, axis=0) if Ms else jnp.zeros((0, F))  # (H_tot, F)
+    R = jax.scipy.linalg.block_diag(*roots) if start else jnp.zeros((0, 0))  # (H_tot, H_tot)
+    return M_all, M_all @ M_all.T + R @ R.T, slices
+
+
+def _losses(preds, spans, lam, nu, eps, X=None, y=None):
+    """Per-sample losses of each predictor, shape (P, m)."""
+    out = []
+    for p, (a, b) in zip(preds, spans, strict=True):
+        W = p.token_weights(lam[..., a:b], nu)  # (m, L)
+        if X is None:
+            out.append(loss_projected(W, eps))  # (m,)
+        else:
+            yhat = jnp.einsum("ml,mld->md", W, X)  # (m, D)
+            out.append(loss_finite(yhat, y))  # (m,)
+    return jnp.stack(out)  # (P, m)
+
+
+@eqx.filter_jit
+def _projected_chunk(key, law, preds, spans, M_all, Q_all, L, chunk):
+    pb = sample_projected(key, law, L, chunk, M_all, Q_all)
+    return _losses(preds, spans, pb.lam, pb.nu, pb.eps)
+
+
+@eqx.filter_jit
+def _finite_chunk(key, task, preds, spans, K_all, chunk):
+    batch = sample_batch(key, task, chunk)
+    lam = batch.X @ K_all.T / jnp.sqrt(task.D)  # (m, L, H_tot)
+    nu = batch.X @ task.U  # (m, L, F)
+    return _losses(preds, spans, lam, nu, batch.eps, batch.X, batch.y)
+
+
+@float64
+def estimate_risks(
+    key: Array,
+    law: LatentLaw,
+    L: int,
+    predictors: Mapping[str, Predictor],
+    n: int = 100_000,
+    route: str = "projected",
+    D: int | None = None,
+    frame: str = "random",
+    chunk: int | None = None,
+    return_samples: bool = False,
+):
+    """Risks of several predictors on the same n samples: {name: MCEstimate}.
+
+    With ``return_samples=True`` also returns {name: per-sample losses (n,)} (for paired tests).
+    The finite route needs ``D`` and works in chunks of ``chunk`` sequences (default: about
+    2·10^7 numbers per chunk).
+    """
+    if not predictors:
+        raise ValueError("give at least one predictor")
+    F = law.F
+    M_all, Q_all, slices = _joint_overlaps(predictors, F)
+    names = list(predictors)
+    preds = tuple(predictors[k] for k in names)
+    spans = tuple((slices[k].start, slices[k].stop) for k in names)
+    if route == "projected":
+        chunk = chunk or max(1, 2_000_000 // (L * (F + M_all.shape[0] + 1)))
+        one = lambda k: _projected_chunk(k, law, preds, spans, M_all, Q_all, L, chunk)  # noqa: E731
+    elif route == "finite":
+        if D is None:
+            raise ValueError("the finite route needs D")
+        k_frame, k_keys, key = jax.random.split(key, 3)
+        task = Task.create(k_frame, law, L, D, frame)
+        K_all = task.keys_from_overlaps(M_all, Q_all, k_keys)  # (H_tot, D)
+        chunk = chunk or max(1, 20_000_000 // (L * D))
+        one = lambda k: _finite_chunk(k, task, preds, spans, K_all, chunk)  # noqa: E731
+    else:
+        raise ValueError(f"route must be 'projected' or 'finite', got {route!r}")
+
+    n_chunks = -(-n // chunk)
+    parts = [np.asarray(one(jax.random.fold_in(key, i))) for i in range(n_chunks)]
+    samples = np.concatenate(parts, axis=1)[:, :n]  # (P, n)
+    est = {name: MCEstimate.of(samples[i]) for i, name in enumerate(names)}
+    if return_samples:
+        return est, {name: samples[i] for i, name in enumerate(names)}
+    return est
+
+
+@float64
+def bayes_risk(
+    key: Array, law: LatentLaw, L: int, n: int = 100_000, route: str = "projected", **kw
+) -> MCEstimate:
+    """The Bayes risk R_B by Monte Carlo, with its standard error."""
+    return estimate_risks(key, law, L, {"bayes": Posterior(law)}, n=n, route=route, **kw)["bayes"]
+
+
+@float64
+def reference_predictors(law: LatentLaw, L: int) -> dict[str, tuple[Predictor, str]]:
+    """The predictors `headspec bayes` compares, each with a one-line description."""
+    out: dict[str, tuple[Predictor, str]] = {
+        "zero": (Zero(), "ŷ = 0"),
+        "uniform": (Uniform(), "uniform attention 1/L"),
+    }
+    m = law.mean()
+    if bool(jnp.any(m != 0)):
+        out["mean_head"] = (
+            Heads(M=m[None, :], b=jnp.zeros(1), activation=Softmax()),
+            "softmax head on K*E[θ]",
+        )
+    if law.n_atoms:
+        out["bayes_softmax"] = (
+            constructed_bayes_softmax(law),
+            "Bayes-softmax, head per atom",
+        )
+    out["bayes"] = (Posterior(law), "Bayes posterior (R_B)")
+    return out

@@ -1,0 +1,159 @@
+"""The abstract SGD engine: one update rule, one divergence rule, one loop (SPEC §4).
+
+An :class:`Engine` holds everything a step needs that is not state (law, sizes, activation,
+learning rates, schedule). Concrete engines say how a step's random numbers are drawn, how the
+loss of a step is computed from them, and how (M, Q) are read off the state; this module does
+the rest for all of them:
+
+- the update k_h ← k_h − η(t) ∇_{k_h} ℓ, b_h ← b_h − (η_b(t)/D) ∂_{b_h} ℓ with ``jax.grad``
+  (:meth:`Engine.sgd_update`);
+- divergence: the first step whose loss, biases or key norms are non-finite is recorded per seed
+  and that seed's state is frozen there (:func:`_advance_one`);
+- the jitted loop over steps, ``vmap`` over seeds, random numbers drawn ``block`` steps at a time
+  (:meth:`Engine.advance`), and the walk along the recording grid (:func:`run`).
+
+Every seed s has its own stream: step n of seed s uses ``fold_in(train_key_s, n)``, whatever the
+chunking, so the same seed gives the same run however seeds and grid points are grouped.
+Adding an engine = one module with a subclass (see :mod:`.full` and :mod:`.reduced`).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable
+from typing import ClassVar, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from headspec.core.attention import Activation
+from headspec.core.latent import LatentLaw
+from headspec.core.observables import BaseSamples, Observation
+from headspec.core.precision import float64
+
+Array = jax.Array
+
+
+class SGDState(NamedTuple):
+    """Per-seed state of an engine (leading axis: seed), in the engine's coordinates."""
+
+    frame: Array  # (S, …) the feature directions (full: U (S, D, F); reduced: (S, F, s))
+    keys: Array  # (S, H, …) the keys k_h (full: (S, H, D); reduced: (S, H, s))
+    b: Array  # (S, H) biases
+    fail_step: Array  # (S,) first step whose update was non-finite, −1 if none
+
+
+class Engine(eqx.Module):
+    """Online SGD of multi-head attention: the problem, the learning rates and the schedule."""
+
+    law: LatentLaw
+    activation: Activation
+    L: int = eqx.field(static=True)
+    D: int = eqx.field(static=True)
+    H: int = eqx.field(static=True)
+    B: int = eqx.field(static=True)
+    lr: Array  # () learning rates: traced, so a sweep over η compiles once
+    lr_b: Array  # ()
+    schedule: Callable = eqx.field(static=True)  # hashable pure function of t: η(t)/η
+
+    name: ClassVar[str]
+    block: ClassVar[int] = 1  # steps whose random numbers are drawn in one call
+    unroll: ClassVar[int] = 1  # loop unrolling inside a block
+
+    # -- what an engine defines ----------------------------------------------------------------
+    @abc.abstractmethod
+    def init(self, keys: dict[str, Array], sigma0: float, b0: float, dtype) -> SGDState:
+        """Initial state of SPEC §4 (keys k_h ~ N(0, σ0² I_D), biases b0) for every seed."""
+
+    @abc.abstractmethod
+    def randoms(self, key: Array, frame: Array):
+        """The random numbers of one step of one seed, from that step's key."""
+
+    @abc.abstractmethod
+    def step(
+        self, frame: Array, keys: Array, b: Array, rnd, t
+    ) -> tuple[Array, Array, Array, Array]:
+        """One SGD step of one seed: new (frame, keys, b) and the loss before the update."""
+
+    @abc.abstractmethod
+    def observe(self, state: SGDState, base: BaseSamples, test=None) -> Observation:
+        """Order parameters (float64) and risks of every seed."""
+
+    def test_set(self, keys: Array, state: SGDState, n: int | None):
+        """(held-out batch per seed or None, its size): for the exact finite-D loss; engines
+        without one return (None, 0)."""
+        return None, 0
+
+    # -- shared by every engine ----------------------------------------------------------------
+    def sgd_update(self, loss_fn, K: Array, b: Array, t) -> tuple[Array, Array, Array]:
+        """The SGD rule of SPEC §4 on keys K (H, …) and biases b (H,); returns new K, b, loss."""
+        loss, (gK, gb) = jax.value_and_grad(loss_fn, argnums=(0, 1))(K, b)
+        f = self.schedule(t)
+        lr, lr_b = jnp.asarray(self.lr, K.dtype), jnp.asarray(self.lr_b, K.dtype)
+        K_new = K - (lr * f) * gK  # (H, …)
+        b_new = b - (lr_b * f / self.D) * gb  # (H,)
+        return K_new, b_new, loss
+
+    @eqx.filter_jit
+    def advance(self, state: SGDState, train_keys: Array, step0, n) -> SGDState:
+        """Run steps step0 … step0+n−1 for every seed (vmap over seeds, one jitted loop)."""
+        out = jax.vmap(_advance_one, in_axes=(None, 0, 0, 0, 0, 0, None, None))(
+            self, state.frame, state.keys, state.b, state.fail_step, train_keys, step0, n
+        )
+        return SGDState(*out)
+
+
+def _advance_one(engine: Engine, frame, keys, b, fail, train_key, step0, n):
+    """Steps step0 … step0+n−1 of one seed, in blocks of ``engine.block`` steps (steps past the
+    end of the last block are computed, not applied). A non-finite update freezes the seed."""
+    dtype = keys.dtype
+    size = engine.block
+
+    def body(carry, inp):
+        frame, keys, b, fail = carry
+        step, rnd = inp
+        t = (step * engine.B / engine.D).astype(dtype)
+        frame_n, keys_n, b_n, loss = engine.step(frame, keys, b, rnd, t)
+        ok = jnp.isfinite(loss) & jnp.all(jnp.isfinite(b_n)) & jnp.isfinite(jnp.sum(keys_n**2))
+        active = step < step0 + n
+        fail = jnp.where(active & (~ok) & (fail < 0), step, fail)
+        keep = active & (fail < 0)
+        new = (frame_n, keys_n, b_n)
+        frame, keys, b = (jnp.where(keep, x, y) for x, y in zip(new, (frame, keys, b), strict=True))
+        return (frame, keys, b, fail), None
+
+    def block(j, carry):
+        steps = step0 + j * size + jnp.arange(size)  # (block,)
+        step_keys = jax.vmap(lambda st: jax.random.fold_in(train_key, st))(steps)
+        rnds = jax.vmap(lambda k: engine.randoms(k, carry[0]))(step_keys)  # each (block, …)
+        carry, _ = jax.lax.scan(body, carry, (steps, rnds), unroll=engine.unroll)
+        return carry
+
+    n_blocks = (n + size - 1) // size
+    return jax.lax.fori_loop(0, n_blocks, block, (frame, keys, b, fail))
+
+
+@float64
+def run(
+    engine: Engine,
+    state: SGDState,
+    train_keys: Array,
+    steps: np.ndarray,
+    base: BaseSamples,
+    test=None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[list[Observation], SGDState]:
+    """Advance every seed along the recording grid ``steps`` (step 0 first) and observe it at
+    each grid point (as NumPy arrays); ``progress(steps_done, steps_total)`` after each."""
+    obs = []
+    done = 0
+    for target in steps:
+        if target > done:
+            state = engine.advance(state, train_keys, jnp.int64(done), jnp.int64(target - done))
+            done = int(target)
+        obs.append(jax.tree.map(np.asarray, engine.observe(state, base, test)))
+        if progress is not None:
+            progress(done, int(steps[-1]))
+    return obs, state

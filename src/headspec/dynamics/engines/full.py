@@ -1,0 +1,133 @@
+"""The full engine: finite-D online SGD on D-dimensional keys and tokens (SPEC §3–§4).
+
+Each step draws B fresh sequences (:func:`headspec.core.task.sample_batch`), takes ``jax.grad`` of
+the exact loss Σ_batch |ŷ − y|²/(2D) and applies the update of :class:`.base.Engine`. Its cost per
+step grows like B·L·D (drawing the tokens dominates on a CPU). It also keeps a held-out batch per
+seed, on which the exact finite-D loss is recorded beside the D → ∞ risk.
+
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> from headspec.core.latent import Spike
+    >>> from headspec.core.attention import Softmax
+    >>> from headspec.core.schedules import Constant
+    >>> eng = FullEngine(law=Spike([2.0]), activation=Softmax(), L=4, D=50, H=2, B=1,
+    ...                  lr=jnp.asarray(1.0), lr_b=jnp.asarray(1.0), schedule=Constant())
+    >>> keys = seed_keys([0, 1])
+    >>> state = eng.init(keys, sigma0=0.1, b0=0.0, dtype=jnp.float32)
+    >>> state = eng.advance(state, keys["train"], jnp.int64(0), jnp.int64(10))
+    >>> state.keys.shape, state.keys.dtype, state.fail_step.tolist()
+    ((2, 2, 50), dtype('float32'), [-1, -1])
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from headspec.core.attention import loss_finite, predict
+from headspec.core.latent import LatentLaw
+from headspec.core.observables import BaseSamples, Observation, population_risk
+from headspec.core.precision import float64
+from headspec.core.task import Task, make_frame, sample_batch
+from headspec.dynamics.engines.base import Engine, SGDState
+
+Array = jax.Array
+
+
+def seed_keys(seed_ids) -> dict[str, Array]:
+    """Per-seed keys: frame, init, train, test (each of shape (S,)), split from key(seed)."""
+    ks = jax.vmap(lambda s: jax.random.split(jax.random.key(s), 4))(jnp.asarray(seed_ids))
+    return {"frame": ks[:, 0], "init": ks[:, 1], "train": ks[:, 2], "test": ks[:, 3]}
+
+
+class TestSet(NamedTuple):
+    X: Array  # (S, n, L, D)
+    y: Array  # (S, n, D)
+    atom: Array  # (S, n) index of θ among the law's atoms (0 for continuous laws)
+
+
+@float64
+def make_test_set(keys: Array, law: LatentLaw, U: Array, L: int, n: int) -> TestSet:
+    """n held-out sequences per seed, with the frame U (S, D, F) of each seed."""
+
+    def one(key, U):
+        bt = sample_batch(key, Task(law, U, L), n)
+        return bt.X, bt.y, law.atom_index(bt.theta)
+
+    return TestSet(*jax.vmap(one)(keys, U))
+
+
+def default_n_test(seeds: int, L: int, D: int, itemsize: int, budget=256 * 2**20) -> int:
+    """Held-out sequences per seed: ≤ 256 (so recording stays a small part of a run) and
+    within a memory budget for all seeds together."""
+    return int(min(256, budget // (seeds * L * D * itemsize)))
+
+
+class FullEngine(Engine):
+    """Keys (H, D) and tokens (B, L, D) in the full D-dimensional space."""
+
+    frame_kind: str = eqx.field(static=True, default="random")  # "random" | "canonical"
+
+    name: ClassVar[str] = "full"
+
+    @float64
+    def init(self, keys, sigma0, b0, dtype):
+        U = jax.vmap(lambda k: make_frame(k, self.D, self.law.F, self.frame_kind, dtype))(
+            keys["frame"]
+        )  # (S, D, F)
+        K = sigma0 * jax.vmap(lambda k: jax.random.normal(k, (self.H, self.D), dtype))(
+            keys["init"]
+        )  # (S, H, D)
+        S = K.shape[0]
+        b = jnp.full((S, self.H), b0, dtype)  # (S, H)
+        return SGDState(U, K, b, jnp.full((S,), -1, jnp.int64))
+
+    def randoms(self, key, frame):
+        bt = sample_batch(key, Task(self.law, frame, self.L), self.B)
+        return bt.X, bt.y  # (B, L, D), (B, D)
+
+    def step(self, frame, keys, b, rnd, t):
+        X, y = rnd
+
+        def loss(K, b):  # Σ over the batch of the exact loss |ŷ − y|²/(2D)
+            return jnp.sum(loss_finite(predict(K, b, X, self.activation), y))  # ()
+
+        K_new, b_new, value = self.sgd_update(loss, keys, b, t)
+        return frame, K_new, b_new, value
+
+    @float64
+    def test_set(self, keys, state, n):
+        S = state.keys.shape[0]
+        if n is None:
+            n = default_n_test(S, self.L, self.D, jnp.dtype(state.keys.dtype).itemsize)
+        return (make_test_set(keys, self.law, state.frame, self.L, n) if n >= 2 else None), n
+
+    @eqx.filter_jit
+    def observe(self, state, base: BaseSamples, test: TestSet | None = None) -> Observation:
+        """Order parameters and risks of every seed (float64); held-out loss if ``test``."""
+        J = self.law.n_atoms
+        act, law = self.activation, self.law
+
+        def one(U, K, b, tX, ty, tatom):
+            D = K.shape[-1]
+            K64, U64, b64 = K.astype(jnp.float64), U.astype(jnp.float64), b.astype(jnp.float64)
+            M = K64 @ U64 / jnp.sqrt(D)  # (H, F)
+            Q = K64 @ K64.T / D  # (H, H)
+            r = population_risk(M, Q, b64, act, law, base)
+            if tX is None:
+                nan = jnp.full((), jnp.nan)
+                return M, Q, b64, r.mean, r.se, r.by_atom, nan, nan, jnp.full((J,), jnp.nan)
+            losses = loss_finite(predict(K, b, tX, act), ty).astype(jnp.float64)  # (n,)
+            n = losses.shape[0]
+            onehot = jax.nn.one_hot(tatom, J, dtype=jnp.float64)  # (n, J)
+            by_atom = (onehot.T @ losses) / jnp.maximum(onehot.sum(0), 1.0)  # (J,)
+            se = losses.std(ddof=1) / jnp.sqrt(n)
+            return M, Q, b64, r.mean, r.se, r.by_atom, losses.mean(), se, by_atom
+
+        tX, ty, ta = (None, None, None) if test is None else test
+        in_axes = (0, 0, 0) + ((None, None, None) if test is None else (0, 0, 0))
+        out = jax.vmap(one, in_axes=in_axes)(state.frame, state.keys, state.b, tX, ty, ta)
+        return Observation(*out)

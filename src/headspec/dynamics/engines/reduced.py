@@ -1,0 +1,137 @@
+"""The exact reduced engine: online SGD at a per-step cost free of D (``train.engine = "reduced"``).
+
+Everything the dynamics depends on is an inner product among the keys k_h, the feature directions
+k*_f and the tokens x_l, and the tokens are isotropic Gaussian apart from the spike, which lies in
+span(K*). So the engine keeps only coordinates in an orthonormal basis of S ⊇ span(K*, K) of
+dimension s = F + H:
+
+- a token's projection on S is N(0, I_s) (plus the spike on the hidden token);
+- the parts of the B·L tokens of a step orthogonal to S are i.i.d. Gaussian vectors in D − s
+  dimensions; by the Bartlett decomposition their coordinates in the orthonormal basis that
+  Gram–Schmidt makes of them are the rows of a lower-triangular T with T_jj = √χ²(D − s − j + 1)
+  and N(0, 1) below the diagonal — exactly;
+- the exact loss |ŷ − y|²/(2D) and its gradient are computed in these s + B·L coordinates, keys and
+  biases are updated, and span(K*, K) is re-orthonormalised back to s coordinates by a QR
+  factorisation (any orthonormal basis will do: future tokens are isotropic).
+
+The initial keys k_h ~ N(0, σ0² I_D) are represented the same way: Gaussian components along K*,
+and orthogonal parts given by σ0 times a Bartlett factor in D − F dimensions. The law of every
+recorded quantity is that of the full engine (tests compare them); the per-step cost is
+O((s + BL)²·(F + H)), whatever D. It needs D − s ≥ B·L.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from headspec.core.attention import loss_finite, predict
+from headspec.core.linalg import bartlett
+from headspec.core.observables import BaseSamples, Observation, population_risk
+from headspec.core.precision import float64
+from headspec.dynamics.engines.base import Engine, SGDState
+
+Array = jax.Array
+
+
+def fits(D: int, F: int, H: int, L: int, B: int) -> bool:
+    """Whether the reduced engine can run: it needs D − (F + H) ≥ B·L."""
+    return D - (F + H) >= B * L
+
+
+class StepRandoms(NamedTuple):
+    z: Array  # (B, L, s) token projections on S (before the spike)
+    T: Array  # (B, L, B·L) Bartlett coordinates of the parts orthogonal to S
+    eps: Array  # (B,) hidden locations
+    theta: Array  # (B, F) latents
+
+
+class ReducedEngine(Engine):
+    """Keys and feature directions as coordinates in an orthonormal basis of span(K*, K).
+
+    State: ``frame`` (S, F, s) the unit feature directions u_f = k*_f/√D, ``keys`` (S, H, s) the
+    keys, s = F + H.
+    """
+
+    name: ClassVar[str] = "reduced"
+    block: ClassVar[int] = 32  # random numbers of 32 steps in one call (per-call RNG overhead)
+    unroll: ClassVar[int] = 8
+
+    def __check_init__(self):
+        F, H, D, L, B = self.law.F, self.H, self.D, self.L, self.B
+        if not fits(D, F, H, L, B):
+            raise ValueError(
+                f"the reduced engine needs D − (F + H) ≥ B·L, got D = {D}, F + H = {F + H}, "
+                f'B·L = {B * L}; fix: use train.engine = "full" at this small D'
+            )
+
+    @float64
+    def init(self, keys, sigma0, b0, dtype):
+        """Exact law of the full engine's initial keys k_h ~ N(0, σ0² I_D), in coordinates."""
+        F, H, D = self.law.F, self.H, self.D
+
+        def one(key):
+            k1, k2 = jax.random.split(key)
+            G = jax.random.normal(k1, (H, F), dtype=dtype)  # components along u_1..u_F
+            T = bartlett(k2, D - F, H, dtype)  # orthogonal parts, in H fresh directions
+            C = sigma0 * jnp.concatenate([G, T], axis=1)  # (H, F + H)
+            Cs = jnp.eye(F, F + H, dtype=dtype)  # (F, F + H)
+            return Cs, C
+
+        Cs, C = jax.vmap(one)(keys["init"])
+        S = C.shape[0]
+        return SGDState(Cs, C, jnp.full((S, H), b0, dtype), jnp.full((S,), -1, jnp.int64))
+
+    def randoms(self, key, frame) -> StepRandoms:
+        """The random numbers of one step, from that step's key (``fold_in(train_key, step)``)."""
+        B, L, s, dtype = self.B, self.L, frame.shape[1], frame.dtype
+        k1, k2, k3, k4 = jax.random.split(key, 4)
+        return StepRandoms(
+            z=jax.random.normal(k1, (B, L, s), dtype=dtype),
+            T=bartlett(k2, self.D - s, B * L, dtype).reshape(B, L, B * L),
+            eps=jax.random.randint(k3, (B,), 0, L),
+            theta=self.law.sample(k4, (B,)).astype(dtype),
+        )
+
+    def step(self, frame, keys, b, rnd: StepRandoms, t):
+        """One exact SGD step in coordinates; the basis is re-orthonormalised by QR."""
+        Cs, C = frame, keys
+        F = Cs.shape[0]
+        B, D = self.B, self.D
+        BL = rnd.T.shape[-1]
+        z = rnd.z.at[jnp.arange(B), rnd.eps].add(rnd.theta @ Cs)  # spike K*θ/√D = Σ_f θ_f u_f
+        X = jnp.concatenate([z, rnd.T], axis=-1)  # (B, L, s + BL)
+        y = X[jnp.arange(B), rnd.eps]  # (B, s + BL)
+        K = jnp.pad(C, ((0, 0), (0, BL)))  # (H, s + BL)
+
+        def loss(K, b):
+            return jnp.sum(loss_finite(predict(K, b, X, self.activation, D), y, D))
+
+        K_new, b_new, value = self.sgd_update(loss, K, b, t)  # (H, s + BL), (H,), ()
+        A = jnp.concatenate([jnp.pad(Cs, ((0, 0), (0, BL))), K_new], axis=0)  # (F + H, s + BL)
+        basis, _ = jnp.linalg.qr(A.T)  # (s + BL, F + H): orthonormal, spans all of A's rows
+        return A[:F] @ basis, K_new @ basis, b_new, value
+
+    @eqx.filter_jit
+    def observe(self, state, base: BaseSamples, test=None) -> Observation:
+        """Order parameters and the D → ∞ risk (the reduced engine has no held-out batch)."""
+        J = self.law.n_atoms
+        M, Q = overlaps(state, self.D)
+        b = state.b.astype(jnp.float64)
+        act, law = self.activation, self.law
+        r = jax.vmap(lambda M, Q, b: population_risk(M, Q, b, act, law, base))(M, Q, b)
+        S = M.shape[0]
+        nan = jnp.full((S,), jnp.nan)
+        return Observation(M, Q, b, r.mean, r.se, r.by_atom, nan, nan, jnp.full((S, J), jnp.nan))
+
+
+def overlaps(state: SGDState, D: int):
+    """M (S, H, F) = k_h·k*_f/D and Q (S, H, H) = k_h·k_h'/D, in float64."""
+    C = state.keys.astype(jnp.float64)
+    Cs = state.frame.astype(jnp.float64)
+    M = jnp.einsum("shi,sfi->shf", C, Cs) / jnp.sqrt(D)  # (S, H, F)
+    Q = jnp.einsum("shi,ski->shk", C, C) / D  # (S, H, H)
+    return M, Q
