@@ -13,12 +13,15 @@ import argparse
 import json
 import time
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from headspec import reduced
-from headspec.config import SimulateConfig, load_config
-from headspec.sgd import advance, build, initial_state, seed_keys
+from headspec.conventions import build
+from headspec.conventions.config import SimulateConfig, load_config
+from headspec.dynamics.engines import seed_keys
+
+jax.config.update("jax_enable_x64", True)  # as inside headspec's entry points (int64 steps)
 
 
 def rate(engine: str, D: int, seeds: int, steps: int) -> float:
@@ -27,18 +30,12 @@ def rate(engine: str, D: int, seeds: int, steps: int) -> float:
         overrides=[f"task.D={D}", "task.L=10", "model.H=4", f"seeds={seeds}",
                    f'train.engine="{engine}"'],
     )  # fmt: skip
-    sgd, law = build(cfg)
+    eng = build.engine(cfg)
     keys = seed_keys(np.arange(seeds))
-    if engine == "reduced":
-        st = reduced.initial_state(keys["init"], law.F, 4, D, 0.1, 0.0, jnp.float32)
+    st = eng.init(keys, 0.1, 0.0, jnp.float32)
 
-        def go(n):
-            return reduced.advance(sgd, st, keys["train"], jnp.int64(0), jnp.int64(n)).C
-    else:
-        st, U = initial_state(cfg, keys, jnp.float32)
-
-        def go(n):
-            return advance(sgd, st, U, keys["train"], jnp.int64(0), jnp.int64(n)).K
+    def go(n):
+        return eng.advance(st, keys["train"], jnp.int64(0), jnp.int64(n)).keys
 
     go(5).block_until_ready()
     t0 = time.perf_counter()

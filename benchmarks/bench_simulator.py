@@ -3,7 +3,7 @@
 Run:  .venv/bin/python benchmarks/bench_simulator.py [--D 1000] [--T 4] [--json out.json]
 
 Measures, in the same process (ratios are what to read; absolute times drift on shared machines):
-- ``jax``: headspec's simulator (`sgd.advance`: jit + fori_loop over steps, vmap over seeds),
+- ``jax``: headspec's simulator (`Engine.advance`: jit + a loop over steps, vmap over seeds),
   samples/second over all seeds, after compilation;
 - ``rng``: the same loop drawing only the Gaussian tokens (B·L·D normals per seed and step) — the
   floor any exact full-D simulator pays;
@@ -21,8 +21,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from headspec.config import SimulateConfig, load_config
-from headspec.sgd import advance, build, initial_state, seed_keys
+from headspec.conventions import build
+from headspec.conventions.config import SimulateConfig, load_config
+from headspec.dynamics.engines import seed_keys
+
+jax.config.update("jax_enable_x64", True)  # as inside headspec's entry points
 
 
 def numpy_loop(D, L, H, F, steps, lr, seed=0):
@@ -74,14 +77,14 @@ def main(argv=None):
         ],
     )
     dtype = jnp.float32 if a.dtype == "float32" else jnp.float64
-    sgd, _ = build(cfg)
+    eng = build.engine(cfg)
     keys = seed_keys(np.arange(a.seeds))
-    state, U = initial_state(cfg, keys, dtype)
+    state = eng.init(keys, cfg.model.sigma0, 0.0, dtype)
     n = int(a.T * a.D)
     # compile, then time
-    advance(sgd, state, U, keys["train"], jnp.int64(0), jnp.int64(10)).K.block_until_ready()
+    eng.advance(state, keys["train"], jnp.int64(0), jnp.int64(10)).keys.block_until_ready()
     t0 = time.perf_counter()
-    advance(sgd, state, U, keys["train"], jnp.int64(0), jnp.int64(n)).K.block_until_ready()
+    eng.advance(state, keys["train"], jnp.int64(0), jnp.int64(n)).keys.block_until_ready()
     jax_rate = n * a.seeds / (time.perf_counter() - t0)
 
     @jax.jit

@@ -7,7 +7,7 @@ H = 2, T = 40, 4 seeds per point, compilation included everywhere, JAX disk cach
 
 * loop: the tasks one after another in one fresh Python process (``run_task`` + atomic save),
   XLA free to use every core, as a hand-written script would;
-* dask-1 / dask-2: ``headspec.sweep.run`` on a fresh local cluster of 1 or 2 single-threaded
+* dask-1 / dask-2: ``headspec.apps.sweep.run`` on a fresh local cluster of 1 or 2 single-threaded
   worker processes (cluster start-up reported apart);
 * seeds: one point's 8 seeds batched with vmap in one run against 8 one-seed runs (warm).
 
@@ -31,7 +31,8 @@ import numpy as np
 
 os.environ["HEADSPEC_JAX_CACHE"] = "off"  # every route compiles: a fair, cold comparison
 
-from headspec import results, sweep
+from headspec.apps import sweep
+from headspec.conventions import results
 
 
 def make_sweep(out: Path, points: int, seeds_per_task=None, engine="full") -> sweep.Sweep:
@@ -94,7 +95,7 @@ def summary(r: dict, workers: int) -> dict:
 
 
 def seeds_batched(tmp: Path, engine: str) -> tuple[float, float]:
-    from headspec.sgd import simulate
+    from headspec.conventions.runs import simulate
 
     cfg = make_sweep(tmp / "s", 16, engine=engine).tasks[5].config.model_copy(update={"seeds": 8})
     simulate(cfg)

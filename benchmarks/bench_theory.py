@@ -18,11 +18,14 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from headspec.attention import Softmax
-from headspec.config import SimulateConfig, TheoryConfig, load_config
-from headspec.latent import Discrete
-from headspec.sgd import simulate
-from headspec.theory import BaseSamples, State, solve, vector_field
+from headspec.conventions.config import SimulateConfig, TheoryConfig, load_config
+from headspec.conventions.runs import simulate, solve
+from headspec.core.attention import Softmax
+from headspec.core.latent import Discrete
+from headspec.core.observables import BaseSamples
+from headspec.dynamics.ode import OrderParameters, vector_field
+
+jax.config.update("jax_enable_x64", True)  # as inside headspec's entry points
 
 LAW = 'task.latent={kind="discrete", atoms=[[2.0, 0.0], [0.0, 2.0]], probs=[0.6, 0.4]}'
 
@@ -30,7 +33,7 @@ LAW = 'task.latent={kind="discrete", atoms=[[2.0, 0.0], [0.0, 2.0]], probs=[0.6,
 def drift_cost(n, H, L, reps=20):
     law = Discrete([[2.0, 0.0], [0.0, 2.0]], [0.6, 0.4])
     base = BaseSamples.draw(jax.random.key(0), law, L, H, n)
-    st = State(0.1 * jnp.ones((H, 2)), 0.5 * jnp.eye(H) + 0.02, jnp.zeros(H))
+    st = OrderParameters(0.1 * jnp.ones((H, 2)), 0.5 * jnp.eye(H) + 0.02, jnp.zeros(H))
     f = eqx.filter_jit(lambda st, base: vector_field(st, Softmax(), law, base, 1.0, 1.0))
     jax.block_until_ready(f(st, base))
     t0 = time.perf_counter()

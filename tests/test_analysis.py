@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from headspec.analysis import (
+from headspec.dynamics.analysis import (
     best_atom,
     head_mean_cosine,
     head_split,

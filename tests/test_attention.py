@@ -1,4 +1,4 @@
-"""Tests of the activations, the predictor and the losses (SPEC §3–§4, headspec.attention)."""
+"""Tests of the activations, the predictor and the losses (SPEC §3–§4, headspec.core.attention)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import headspec  # noqa: F401  (enables jax x64)
-from headspec.attention import (
+from headspec.core.attention import (
     ACTIVATIONS,
     BayesSoftmax,
     Heads,
@@ -26,8 +25,8 @@ from headspec.attention import (
     predict,
     scores,
 )
-from headspec.latent import Spike
-from headspec.task import Task, project, sample_batch
+from headspec.core.latent import Spike
+from headspec.core.task import Task, project, sample_batch
 
 NAMES = ("softmax", "softmax1", "bayes_softmax")
 DEFAULT_AGG = {"softmax": "mean", "softmax1": "sum", "bayes_softmax": "sum"}

@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal
 
-from headspec.attention import Heads, Softmax, Softmax1, Uniform, Zero
-from headspec.bayes import (
-    MCEstimate,
+from headspec.core.attention import Heads, Softmax, Softmax1, Uniform, Zero
+from headspec.core.latent import Discrete, FlippedSpike, Gaussian, Spike
+from headspec.core.stats import MCEstimate
+from headspec.core.task import Task, project, sample_batch
+from headspec.dynamics.bayes import (
     Posterior,
     bayes_predict,
     bayes_risk,
@@ -18,8 +20,6 @@ from headspec.bayes import (
     estimate_risks,
     posterior,
 )
-from headspec.latent import Discrete, FlippedSpike, Gaussian, Spike
-from headspec.task import Task, project, sample_batch
 
 DISCRETE_LAWS = {
     "one_hot_unequal": Discrete([[2.0, 0.0], [0.0, 2.0]], [0.7, 0.3]),

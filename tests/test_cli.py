@@ -1,6 +1,6 @@
 """The `headspec bayes` command line: malformed input is refused cleanly, valid input runs.
 
-Contract under test (src/headspec/cli.py): bad input gives a message naming the field (or the
+Contract under test (src/headspec/apps/cli/): bad input gives a message naming the field (or the
 option) and the fix, exit code 2, no traceback and no output file.
 """
 
@@ -15,7 +15,7 @@ from typing import NamedTuple
 import pytest
 from typer.testing import CliRunner
 
-from headspec.cli import app
+from headspec.apps.cli import app
 
 runner = CliRunner()
 
@@ -221,10 +221,9 @@ def test_config_error_goes_to_stderr_with_error_prefix(tmp_path):
     assert result.stderr.startswith("error: task.L")
 
 
-# ---------------------------------------------------------------------- known bugs (xfail)
-# These document defects in src/headspec (reported, not fixed here). strict=True: when a bug is
-# fixed the test starts passing and the marker must be removed.
-# Inputs that once crashed or gave a garbled message (found while writing these tests).
+# ---------------------------------------------------------------------- former bugs
+# Inputs that once crashed or gave a garbled message (found while writing these tests), each with
+# the defect it showed; all are fixed, and these tests keep them refused cleanly.
 REGRESSIONS: dict[str, tuple[Case, str]] = {
     "rich-markup-closing-tag-in-value": (
         Case(("--route", "[/x]"), ("bayes.route", "[/x]")),
@@ -320,7 +319,7 @@ def test_set_overrides_switch_the_law(tmp_path):
 def test_console_script_refuses_bad_L(tmp_path):
     out = tmp_path / "out.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "headspec.cli", "bayes", "--L", "1", "--json", str(out)],
+        [sys.executable, "-m", "headspec.apps.cli", "bayes", "--L", "1", "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=120,

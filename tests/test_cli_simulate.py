@@ -4,8 +4,8 @@ import pytest
 import xarray as xr
 from typer.testing import CliRunner
 
-from headspec import results
-from headspec.cli import app
+from headspec.apps.cli import app
+from headspec.conventions import results
 
 runner = CliRunner()
 TINY = ["--D", "40", "--L", "4", "--H", "2", "--T", "0.5", "--seeds", "2",

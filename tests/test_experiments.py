@@ -5,9 +5,9 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from headspec import experiments
-from headspec.cli import app
-from headspec.experiments import Claim
+from headspec.apps import experiments
+from headspec.apps.cli import app
+from headspec.apps.experiments import Claim
 
 PNG = b"\x89PNG\r\n\x1a\n"
 

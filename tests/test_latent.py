@@ -1,4 +1,5 @@
-"""Latent laws: moments, sampling, and log Λ against independent computations."""
+"""Latent laws (headspec.core.latent): moments, sampling, and log Λ against independent
+computations; the PSD square root (headspec.core.linalg)."""
 
 import math
 
@@ -7,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from headspec.latent import Discrete, FlippedSpike, Gaussian, LatentLaw, Spike, psd_root
+from headspec.core.latent import Discrete, FlippedSpike, Gaussian, LatentLaw, Spike
+from headspec.core.linalg import psd_root
 
 LAWS = {
     "spike": Spike([1.5, -0.5]),

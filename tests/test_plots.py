@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from headspec.plots import plot_head_similarity, plot_overlaps, plot_risk, save_figures
+from headspec.apps.plots import plot_head_similarity, plot_overlaps, plot_risk, save_figures
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -28,7 +28,7 @@ def fake_result(
     seed0=0,
     rng=0,
 ):
-    """A dataset of the headspec.results schema, fabricated with numpy (no simulation).
+    """A dataset of the headspec.conventions.results schema, fabricated with numpy (no simulation).
 
     ``diverge``: indices of seeds marked failed, NaN for t > ``fail_after``.
     """
@@ -96,9 +96,9 @@ def fake_result(
 
 @pytest.fixture(scope="module")
 def simulated():
-    """The one real simulation of this file (the tiny config of headspec.sgd's docstring)."""
-    from headspec.config import SimulateConfig, load_config
-    from headspec.sgd import simulate
+    """The one real simulation of this file (the tiny config of conventions.runs' docstring)."""
+    from headspec.conventions.config import SimulateConfig, load_config
+    from headspec.conventions.runs import simulate
 
     cfg = load_config(
         SimulateConfig,

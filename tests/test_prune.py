@@ -5,11 +5,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from headspec.attention import BayesSoftmax, Softmax, Softmax1
-from headspec.bayes import constructed_bayes_softmax
-from headspec.latent import Discrete, FlippedSpike
-from headspec.prune import prune_path, prune_result
-from headspec.theory import BaseSamples
+from headspec.conventions.runs import prune_result
+from headspec.core.attention import BayesSoftmax, Softmax, Softmax1
+from headspec.core.latent import Discrete, FlippedSpike
+from headspec.core.observables import BaseSamples
+from headspec.dynamics.bayes import constructed_bayes_softmax
+from headspec.dynamics.prune import prune_path
 
 LAW = Discrete([[2.5, 0.0], [0.0, 2.5]], [0.6, 0.4])
 
@@ -66,8 +67,8 @@ def test_flipped_spike_needs_both_signs():
 
 
 def test_prune_result_of_a_simulation():
-    from headspec.config import SimulateConfig, load_config
-    from headspec.sgd import simulate
+    from headspec.conventions.config import SimulateConfig, load_config
+    from headspec.conventions.runs import simulate
 
     cfg = load_config(
         SimulateConfig,

@@ -1,4 +1,5 @@
-"""The reduced engine has the law of the full engine (it is exact, not an approximation).
+"""The reduced engine (headspec.dynamics.engines.reduced) has the law of the full engine (it is
+exact, not an approximation).
 
 Two-sample tests per quantity (Welch's t-test for the means, Brown–Forsythe/Levene for the
 variances) at a Bonferroni-corrected level: with ~50 tests per activation and p > 1e-4 each, a
@@ -12,9 +13,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from headspec import reduced
-from headspec.config import SimulateConfig, load_config
-from headspec.sgd import initial_state, seed_keys, simulate
+from headspec.conventions import build
+from headspec.conventions.config import SimulateConfig, load_config
+from headspec.conventions.runs import simulate
+from headspec.core.linalg import bartlett
+from headspec.dynamics.engines import seed_keys
+from headspec.dynamics.engines.reduced import overlaps
 
 P_MIN = 1e-4
 LAW = 'task.latent={kind="discrete", atoms=[[2.5, 0.0], [0.0, 2.5]], probs=[0.7, 0.3]}'
@@ -102,18 +106,19 @@ def test_reduced_engine_matches_full_engine_at_d2000():
 def test_initial_state_has_the_law_of_the_full_engine():
     """M(0), Q(0) of the reduced representation vs D-dimensional keys k_h ~ N(0, σ0² I_D);
     D = 30, H = 3, F = 2, σ0 = 0.5, 4000 seeds each."""
-    D, H, F, sigma0, S = 30, 3, 2, 0.5, 4000
-    cfg = load_config(
-        SimulateConfig,
-        overrides=[LAW, f"task.D={D}", "task.L=6", f"model.H={H}", f"model.sigma0={sigma0}",
-                   f"seeds={S}", 'train.dtype="float64"'],
-    )  # fmt: skip
-    st, U = initial_state(cfg, seed_keys(np.arange(S)), jnp.float64)
-    M_full = np.einsum("shd,sdf->shf", st.K, U) / np.sqrt(D)
-    Q_full = np.einsum("shd,skd->shk", st.K, st.K) / D
+    D, H, sigma0, S = 30, 3, 0.5, 4000  # F = 2 (LAW)
+    overrides = [LAW, f"task.D={D}", "task.L=6", f"model.H={H}", f"model.sigma0={sigma0}",
+                 f"seeds={S}", 'train.dtype="float64"']  # fmt: skip
+    cfg = load_config(SimulateConfig, overrides=overrides)
+    b0 = build.initial_bias(cfg.model, cfg.task.L)
+    st = build.engine(cfg).init(seed_keys(np.arange(S)), cfg.model.sigma0, b0, jnp.float64)
+    U = st.frame  # (S, D, F)
+    M_full = np.einsum("shd,sdf->shf", st.keys, U) / np.sqrt(D)
+    Q_full = np.einsum("shd,skd->shk", st.keys, st.keys) / D
     keys = jax.vmap(lambda s: jax.random.key(s))(jnp.arange(S) + 50_000)
-    rs = reduced.initial_state(keys, F, H, D, sigma0, 0.0, jnp.float64)
-    M_red, Q_red = (np.asarray(x) for x in reduced.overlaps(rs, D))
+    red_cfg = load_config(SimulateConfig, overrides=[*overrides, 'train.engine="reduced"'])
+    rs = build.engine(red_cfg).init({"init": keys}, sigma0, 0.0, jnp.float64)
+    M_red, Q_red = (np.asarray(x) for x in overlaps(rs, D))
     pairs = {
         "M": (M_full.reshape(S, -1), M_red.reshape(S, -1)),
         "Q": (Q_full.reshape(S, -1), Q_red.reshape(S, -1)),
@@ -136,7 +141,7 @@ def test_reduced_engine_is_refused_when_d_is_too_small():
 def test_bartlett_factor_has_the_wishart_law():
     dof, n, S = 9, 4, 20_000
     keys = jax.random.split(jax.random.key(3), S)
-    T = jax.vmap(lambda k: reduced.bartlett(k, dof, n))(keys)
+    T = jax.vmap(lambda k: bartlett(k, dof, n))(keys)
     W = np.asarray(jnp.einsum("sij,skj->sik", T, T))
     np.testing.assert_allclose(W.mean(0), dof * np.eye(n), atol=5 * np.sqrt(2 * dof / S) * 1.5)
     assert np.allclose(np.triu(np.asarray(T[0]), 1), 0.0)

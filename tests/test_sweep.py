@@ -17,11 +17,11 @@ import pytest
 import xarray as xr
 from typer.testing import CliRunner
 
-from headspec import results, sweep
-from headspec.cli import app
-from headspec.config import ConfigError
-from headspec.sgd import simulate
-from headspec.theory import solve
+from headspec.apps import sweep
+from headspec.apps.cli import app
+from headspec.conventions import results
+from headspec.conventions.config import ConfigError
+from headspec.conventions.runs import simulate, solve
 
 runner = CliRunner()
 HEADSPEC = str(Path(sys.executable).parent / "headspec")
@@ -285,7 +285,7 @@ def test_cli_status_collect_and_changed_spec(sim_sweep, tmp_path):
 
 
 def test_plot_sweep_draws_one_line_per_other_axis_value(sim_sweep):
-    from headspec.plots import final_risk, plot_sweep
+    from headspec.apps.plots import final_risk, plot_sweep
 
     ds = sweep.collect(sim_sweep[0].out)
     mean, se = final_risk(ds)

@@ -1,12 +1,13 @@
-"""Task samplers: finite-D sequences, the feature frame, and the D → ∞ projected coordinates."""
+"""Task samplers (headspec.core.task): finite-D sequences, the feature frame, and the D → ∞
+projected coordinates."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from headspec.latent import Discrete, Spike
-from headspec.task import Task, make_frame, project, sample_batch, sample_projected
+from headspec.core.latent import Discrete, Spike
+from headspec.core.task import Task, make_frame, project, sample_batch, sample_projected
 
 
 @pytest.mark.parametrize("kind", ["random", "canonical"])

@@ -1,4 +1,6 @@
-"""The D → ∞ theory of SPEC §5–§6 (src/headspec/theory.py), checked against independent references.
+"""The D → ∞ theory of SPEC §5–§6 (the ODE of headspec.dynamics.ode, its initial states in
+headspec.dynamics.initial, ``solve`` in headspec.conventions.runs), checked against independent
+references.
 
 Every statistical tolerance is a multiple of a Monte-Carlo standard error that the test computes
 (4 s.e. for agreement; > 6 s.e. to show that a check has power), plus, where stated, a
@@ -26,22 +28,21 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from headspec.attention import BayesSoftmax, Softmax, loss_finite, predict
-from headspec.bayes import constructed_bayes_softmax, posterior
-from headspec.cli import app
-from headspec.config import TheoryConfig, load_config
-from headspec.latent import Discrete, FlippedSpike, Gaussian, Spike
-from headspec.task import Task, sample_batch
-from headspec.theory import (
-    BaseSamples,
-    State,
-    bartlett_wishart,
+from headspec.apps.cli import app
+from headspec.conventions.config import TheoryConfig, load_config
+from headspec.conventions.runs import solve
+from headspec.core.attention import BayesSoftmax, Softmax, loss_finite, predict
+from headspec.core.latent import Discrete, FlippedSpike, Gaussian, Spike
+from headspec.core.linalg import bartlett
+from headspec.core.observables import BaseSamples
+from headspec.core.task import Task, sample_batch
+from headspec.dynamics.bayes import constructed_bayes_softmax, posterior
+from headspec.dynamics.initial import perturbed_state
+from headspec.dynamics.ode import (
+    OrderParameters,
     drift,
     drift_and_jacobian,
     flatten,
-    perturbed_state,
-    sobol_base,
-    solve,
     unflatten,
     vector_field,
 )
@@ -68,7 +69,7 @@ LAWS = {
 N_BAYES = 2**13
 
 
-def _optimum(law) -> State:
+def _optimum(law) -> OrderParameters:
     """SPEC §6: one head per atom, M = atoms, Q = atoms·atomsᵀ, b = log p − |a|²/2."""
     h = constructed_bayes_softmax(law)
     A = np.asarray(law.atoms)
@@ -76,7 +77,7 @@ def _optimum(law) -> State:
     np.testing.assert_allclose(np.asarray(h.Q), A @ A.T, rtol=0, atol=1e-15)
     b = np.log(np.asarray(law.probs)) - 0.5 * np.sum(A**2, axis=1)
     np.testing.assert_allclose(np.asarray(h.b), b, rtol=0, atol=1e-15)
-    return State(h.M, h.Q, h.b)
+    return OrderParameters(h.M, h.Q, h.b)
 
 
 def _posterior_risk(law, base: BaseSamples) -> float:
@@ -107,8 +108,8 @@ def test_bayes_softmax_optimum_is_a_fixed_point_of_the_linear_drift(name):
     # Power: the same check fails away from the optimum. A common shift of all biases is
     # invisible to the joint softmax, so one head's bias is moved.
     perturbed = {
-        "b[0] + 0.5": State(opt.M, opt.Q, opt.b.at[0].add(0.5)),
-        "0.8·keys": State(0.8 * opt.M, 0.64 * opt.Q, opt.b),
+        "b[0] + 0.5": OrderParameters(opt.M, opt.Q, opt.b.at[0].add(0.5)),
+        "0.8·keys": OrderParameters(0.8 * opt.M, 0.64 * opt.Q, opt.b),
     }
     for label, st in perturbed.items():
         dp = _drift(st, act, law, base, lr=1.0, eta2=False)
@@ -174,7 +175,7 @@ def test_drift_matches_finite_d_sgd_increments_for_one_softmax_head():
     sim = x.mean(0)
     sim_se = x.std(0, ddof=1) / math.sqrt(x.shape[0])
 
-    d = _drift(State(M, Q, b), act, law, sobol_base(0, law, L, 1, 2**16), lr=lr)
+    d = _drift(OrderParameters(M, Q, b), act, law, BaseSamples.sobol(0, law, L, 1, 2**16), lr=lr)
     th = np.array([float(d.dM[0, 0]), float(d.dQ[0, 0])])
     th_se = np.array([float(d.dM_se[0, 0]), float(d.dQ_se[0, 0])])
     assert th[0] > 0.03 and th[1] > 0.01, th  # the compared quantities are not trivially 0
@@ -189,13 +190,13 @@ def test_drift_matches_finite_d_sgd_increments_for_one_softmax_head():
 N_JAC = 512  # one sample size for every Jacobian test (shared eager-op compilations)
 
 
-def _random_state(key, H, F) -> State:
+def _random_state(key, H, F) -> OrderParameters:
     """A state with Q − MMᵀ positive definite and distinct eigenvalues."""
     k1, k2, k3 = jax.random.split(key, 3)
     M = 0.6 * jax.random.normal(k1, (H, F))
     A = 0.5 * jax.random.normal(k2, (H, H))
     Q = M @ M.T + A @ A.T + 0.2 * jnp.eye(H)
-    return State(M, Q, 0.3 * jax.random.normal(k3, (H,)))
+    return OrderParameters(M, Q, 0.3 * jax.random.normal(k3, (H,)))
 
 
 def test_jacobian_equals_central_finite_differences():
@@ -248,7 +249,7 @@ def test_jacobian_with_jitter_is_finite_at_the_optimum():
 def test_jacobian_is_finite_at_the_symmetric_state():
     law = LAWS["unequal-probs"]
     base = BaseSamples.draw(jax.random.key(5), law, L, 2, N_JAC)
-    st = State(jnp.zeros((2, 2)), 0.01 * jnp.eye(2), jnp.zeros(2))
+    st = OrderParameters(jnp.zeros((2, 2)), 0.01 * jnp.eye(2), jnp.zeros(2))
     f, J = drift_and_jacobian(st, Softmax(), law, base)
     assert np.all(np.isfinite(np.asarray(f)))
     assert np.all(np.isfinite(np.asarray(J)))
@@ -349,11 +350,17 @@ def test_perturbed_state_has_the_law_of_finite_d_initial_overlaps():
         assert abs(mp - me) < 4 * math.hypot(ep, ee), (name, mp, me)
 
 
+def _wishart(key, dof: int, H: int):
+    """W = T Tᵀ ~ Wishart(dof, I_H) from the Bartlett factor T (H, H)."""
+    T = bartlett(key, dof, H)  # (H, H)
+    return T @ T.T  # (H, H)
+
+
 def test_bartlett_wishart_moments():
     """W ~ Wishart(ν, I_H): E W = ν I, Var W_ii = 2ν, Var W_ij = ν (i ≠ j)."""
     n, dof, H = 4000, 5, 3
     W = np.asarray(
-        jax.vmap(lambda k: bartlett_wishart(k, dof, H))(jax.random.split(jax.random.key(31), n))
+        jax.vmap(lambda k: _wishart(k, dof, H))(jax.random.split(jax.random.key(31), n))
     )  # (n, H, H)
     np.testing.assert_allclose(W, np.swapaxes(W, 1, 2), atol=1e-12)
     assert np.all(np.linalg.eigvalsh(W) > 0)
@@ -377,7 +384,7 @@ def test_sobol_and_plain_mc_drifts_agree(law):
     H, n = 2, 4096
     st = _random_state(jax.random.key(8), H, law.F)
     act = Softmax()
-    sob = sobol_base(3, law, L, H, n)
+    sob = BaseSamples.sobol(3, law, L, H, n)
     mc = BaseSamples.draw(jax.random.key(9), law, L, H, n)
     assert sob.n == n and sob.nu.shape == mc.nu.shape and sob.xi.shape == mc.xi.shape
     ds, dm = _drift(st, act, law, sob, lr=1.0), _drift(st, act, law, mc, lr=1.0)

@@ -10,11 +10,10 @@ error (Sobol base samples, theory.n).
 import numpy as np
 import pytest
 
-from headspec import results
-from headspec.analysis import compare
-from headspec.config import SimulateConfig, TheoryConfig, load_config
-from headspec.sgd import simulate
-from headspec.theory import solve
+from headspec.conventions import results
+from headspec.conventions.config import SimulateConfig, TheoryConfig, load_config
+from headspec.conventions.runs import simulate, solve
+from headspec.dynamics.analysis import compare
 
 LAW = 'task.latent={kind="discrete", atoms=[[3.0, 0.0], [0.0, 3.0]], probs=[0.7, 0.3]}'
 

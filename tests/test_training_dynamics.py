@@ -6,8 +6,8 @@ Both run the real simulator (float32, the default) for a few seconds on 2 CPU co
 import numpy as np
 import pytest
 
-from headspec.config import SimulateConfig, load_config
-from headspec.sgd import simulate
+from headspec.conventions.config import SimulateConfig, load_config
+from headspec.conventions.runs import simulate
 
 
 def _cfg(*overrides):

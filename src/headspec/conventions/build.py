@@ -65,9 +65,8 @@ def engine(cfg, schedule_fn: Callable | None = None) -> Engine:
         lr=lr,
         lr_b=lr_b,
         schedule=schedule_fn or schedule(cfg.train.schedule),
+        frame_kind=cfg.task.frame,
     )
-    if cfg.train.engine == "full":
-        kw["frame_kind"] = cfg.task.frame
     return ENGINES[cfg.train.engine](**kw)
 
 

@@ -195,7 +195,7 @@ class Predictor(eqx.Module):
 class Heads(Predictor):
     """Multi-head attention given by its order parameters: overlaps M (H, F), Q (H, H), biases b.
 
-    At finite D the keys are realised by :meth:`headspec.task.Task.keys_from_overlaps`.
+    At finite D the keys are realised by :meth:`headspec.core.task.Task.keys_from_overlaps`.
     """
 
     M: Array  # (H, F)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from headspec.core.precision import float64
+
 Array = jax.Array
 
 
@@ -60,6 +62,7 @@ def _sym_sqrt_jvp(primals, tangents):
     return R, V @ X @ V.T
 
 
+@float64
 def bartlett(key: Array, dof: int, n: int, dtype=jnp.float64) -> Array:
     """Lower-triangular T (n, n) with T Tᵀ ~ Wishart(dof, I_n) (Bartlett decomposition).
 

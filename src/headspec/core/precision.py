@@ -27,7 +27,11 @@ import jax
 
 def float64_context():
     """A context in which JAX computes in 64-bit mode (thread-local; nests)."""
-    return jax.enable_x64(True)
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(True)
+    from jax.experimental import enable_x64  # JAX before 0.6 kept it there
+
+    return enable_x64(True)
 
 
 def float64(fn):
@@ -35,7 +39,7 @@ def float64(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        with jax.enable_x64(True):
+        with float64_context():
             return fn(*args, **kwargs)
 
     return wrapper

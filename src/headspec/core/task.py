@@ -10,7 +10,7 @@ D → ∞: only the projections matter. For keys with overlaps (M, Q), a token's
 
 Example:
     >>> import jax
-    >>> from headspec.latent import Spike
+    >>> from headspec.core.latent import Spike
     >>> task = Task.create(jax.random.key(0), Spike([3.0]), L=4, D=50)
     >>> batch = sample_batch(jax.random.key(1), task, n=8)
     >>> batch.X.shape, batch.eps.shape, batch.theta.shape

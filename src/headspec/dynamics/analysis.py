@@ -1,8 +1,19 @@
-"""Analysis of results: comparing theory with simulation (more to come: phases, specialisation).
+"""Analysis of results (NumPy/xarray): theory vs simulation, head geometry, plateaus.
+
+- :func:`compare`: largest deviation between a simulation and a theory result, per quantity;
+- head geometry: cosines with the heads' common direction (the unspecialised phase of E1),
+  specialisation times, head–atom cosines, assignment (argmax and Hungarian), head splits;
+- :func:`plateaus`: flat stretches of a risk curve on a log-time axis.
 
 Example:
-    >>> import numpy as np, xarray as xr
-    >>> # two datasets of the result schema on the same grid: see headspec.results
+    >>> import numpy as np
+    >>> Q = np.array([[1.0, 0.99], [0.99, 1.0]])             # two nearly aligned heads
+    >>> bool(unspecialised(Q)), head_mean_cosine(Q).round(3).tolist()
+    (True, [0.997, 0.997])
+    >>> t = np.geomspace(0.1, 100, 31)
+    >>> r = np.where(t < 3, 0.3, 0.1)                          # one drop at t = 3
+    >>> [round(p["level"], 2) for p in plateaus(t, r)]
+    [0.3, 0.1]
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ samples, along one of two routes:
 
 Example:
     >>> import jax
-    >>> from headspec.latent import Discrete
+    >>> from headspec.core.latent import Discrete
     >>> law = Discrete([[2.0, 0.0], [0.0, 2.0]], [0.6, 0.4])
     >>> out = estimate_risks(jax.random.key(0), law, L=10, n=10_000,
     ...     predictors={"bayes": Posterior(law), "constructed": constructed_bayes_softmax(law)})
@@ -70,7 +70,7 @@ def bayes_predict(task: Task, X: Array) -> Array:
 
 
 class Posterior(Predictor):
-    """The Bayes-optimal predictor as a :class:`~headspec.attention.Predictor` (uses ν only)."""
+    """The Bayes-optimal predictor as an attention ``Predictor`` (uses ν only)."""
 
     law: LatentLaw
 

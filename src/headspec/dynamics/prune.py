@@ -12,8 +12,8 @@ columns of λ — the exact joint law, so differences between subsets are paired
 
 Example:
     >>> import jax, jax.numpy as jnp
-    >>> from headspec.latent import Discrete
-    >>> from headspec.attention import Softmax
+    >>> from headspec.core.latent import Discrete
+    >>> from headspec.core.attention import Softmax
     >>> from headspec.core.observables import BaseSamples
     >>> law = Discrete([[2.0, 0.0], [0.0, 2.0]])
     >>> M = jnp.array([[2.0, 0.0], [2.0, 0.0], [2.0, 0.0]])      # three identical heads

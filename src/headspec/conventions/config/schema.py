@@ -14,6 +14,8 @@ from pydantic import Field, Strict, model_validator
 
 from headspec.conventions.config.base import PositiveInt, StrictModel, Vector
 from headspec.conventions.config.latent import LatentConfig, _default_latent
+from headspec.core.attention import ACTIVATIONS
+from headspec.dynamics.engines import ENGINES
 from headspec.dynamics.engines.reduced import fits as reduced_fits
 
 
@@ -62,7 +64,7 @@ class ModelConfig(StrictModel):
     """The multi-head attention of SPEC §3 and its initialisation (§4)."""
 
     H: PositiveInt = Field(4, description="number of heads")
-    activation: Literal["softmax", "softmax1", "bayes_softmax"] = "softmax"
+    activation: Literal[tuple(ACTIVATIONS)] = "softmax"  # every registered activation
     aggregation: Literal["mean", "sum"] | None = Field(
         None, description="head aggregation; default mean for softmax, sum otherwise"
     )
@@ -98,7 +100,7 @@ class TrainConfig(StrictModel):
     batch: PositiveInt = Field(1, description="fresh sequences per step (summed, not averaged)")
     schedule: Schedule = Field(default_factory=ConstantSchedule)
     dtype: Literal["float32", "float64"] = Field("float32", description="simulation precision")
-    engine: Literal["full", "reduced"] = Field(
+    engine: Literal[tuple(ENGINES)] = Field(  # every registered engine
         "full",
         description="'full' (D-dimensional keys and tokens) or 'reduced' (exact, coordinates "
         "in span(K*, K): per-step cost independent of D; needs D − F − H ≥ batch·L)",

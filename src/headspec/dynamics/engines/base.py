@@ -57,6 +57,7 @@ class Engine(eqx.Module):
     lr: Array  # () learning rates: traced, so a sweep over η compiles once
     lr_b: Array  # ()
     schedule: Callable = eqx.field(static=True)  # hashable pure function of t: η(t)/η
+    frame_kind: str = eqx.field(static=True, default="random")  # K*: "random" | "canonical"
 
     name: ClassVar[str]
     block: ClassVar[int] = 1  # steps whose random numbers are drawn in one call
@@ -96,6 +97,7 @@ class Engine(eqx.Module):
         b_new = b - (lr_b * f / self.D) * gb  # (H,)
         return K_new, b_new, loss
 
+    @float64
     @eqx.filter_jit
     def advance(self, state: SGDState, train_keys: Array, step0, n) -> SGDState:
         """Run steps step0 … step0+n−1 for every seed (vmap over seeds, one jitted loop)."""

@@ -43,21 +43,21 @@ def seed_keys(seed_ids) -> dict[str, Array]:
     return {"frame": ks[:, 0], "init": ks[:, 1], "train": ks[:, 2], "test": ks[:, 3]}
 
 
-class TestSet(NamedTuple):
+class HeldOutSet(NamedTuple):
     X: Array  # (S, n, L, D)
     y: Array  # (S, n, D)
     atom: Array  # (S, n) index of θ among the law's atoms (0 for continuous laws)
 
 
 @float64
-def make_test_set(keys: Array, law: LatentLaw, U: Array, L: int, n: int) -> TestSet:
+def make_test_set(keys: Array, law: LatentLaw, U: Array, L: int, n: int) -> HeldOutSet:
     """n held-out sequences per seed, with the frame U (S, D, F) of each seed."""
 
     def one(key, U):
         bt = sample_batch(key, Task(law, U, L), n)
         return bt.X, bt.y, law.atom_index(bt.theta)
 
-    return TestSet(*jax.vmap(one)(keys, U))
+    return HeldOutSet(*jax.vmap(one)(keys, U))
 
 
 def default_n_test(seeds: int, L: int, D: int, itemsize: int, budget=256 * 2**20) -> int:
@@ -68,8 +68,6 @@ def default_n_test(seeds: int, L: int, D: int, itemsize: int, budget=256 * 2**20
 
 class FullEngine(Engine):
     """Keys (H, D) and tokens (B, L, D) in the full D-dimensional space."""
-
-    frame_kind: str = eqx.field(static=True, default="random")  # "random" | "canonical"
 
     name: ClassVar[str] = "full"
 
@@ -85,17 +83,18 @@ class FullEngine(Engine):
         b = jnp.full((S, self.H), b0, dtype)  # (S, H)
         return SGDState(U, K, b, jnp.full((S,), -1, jnp.int64))
 
+    def loss(self, K: Array, b: Array, X: Array, y: Array) -> Array:
+        """Σ over the batch of the exact loss |ŷ − y|²/(2D); X (B, L, D), y (B, D)."""
+        return jnp.sum(loss_finite(predict(K, b, X, self.activation), y))  # ()
+
     def randoms(self, key, frame):
+        """The B sequences of one step (X (B, L, D), y (B, D)) with the seed's frame U (D, F)."""
         bt = sample_batch(key, Task(self.law, frame, self.L), self.B)
         return bt.X, bt.y  # (B, L, D), (B, D)
 
     def step(self, frame, keys, b, rnd, t):
         X, y = rnd
-
-        def loss(K, b):  # Σ over the batch of the exact loss |ŷ − y|²/(2D)
-            return jnp.sum(loss_finite(predict(K, b, X, self.activation), y))  # ()
-
-        K_new, b_new, value = self.sgd_update(loss, keys, b, t)
+        K_new, b_new, value = self.sgd_update(lambda K, b: self.loss(K, b, X, y), keys, b, t)
         return frame, K_new, b_new, value
 
     @float64
@@ -105,8 +104,9 @@ class FullEngine(Engine):
             n = default_n_test(S, self.L, self.D, jnp.dtype(state.keys.dtype).itemsize)
         return (make_test_set(keys, self.law, state.frame, self.L, n) if n >= 2 else None), n
 
+    @float64
     @eqx.filter_jit
-    def observe(self, state, base: BaseSamples, test: TestSet | None = None) -> Observation:
+    def observe(self, state, base: BaseSamples, test: HeldOutSet | None = None) -> Observation:
         """Order parameters and risks of every seed (float64); held-out loss if ``test``."""
         J = self.law.n_atoms
         act, law = self.activation, self.law

@@ -115,6 +115,7 @@ class ReducedEngine(Engine):
         basis, _ = jnp.linalg.qr(A.T)  # (s + BL, F + H): orthonormal, spans all of A's rows
         return A[:F] @ basis, K_new @ basis, b_new, value
 
+    @float64
     @eqx.filter_jit
     def observe(self, state, base: BaseSamples, test=None) -> Observation:
         """Order parameters and the D → ∞ risk (the reduced engine has no held-out batch)."""

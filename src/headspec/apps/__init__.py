@@ -1,0 +1,1 @@
+"""Applications: the command line, the experiments and report, sweeps, figures."""

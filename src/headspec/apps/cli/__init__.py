@@ -1,0 +1,59 @@
+"""The `headspec` command line: one command per job, over the same functions as the Python API.
+
+Every command takes ``--config FILE.toml`` and repeatable ``--set key.path=value`` overrides;
+bad input gives a message that names the field and the fix, exit code 2 and no output file.
+
+Modules: ``common`` (the app, consoles, errors, option types, progress bars), ``figures``
+(figure formats and files), and one per command group, each registering its commands on ``app``
+when imported here: ``run`` (bayes, simulate, theory), ``analyse`` (compare, prune, plot),
+``reproduce``, ``sweep`` (the sweep sub-commands).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from headspec.apps.cli.common import app, out
+
+# Importing a command module registers its commands on `app`; the import order is the order of
+# the commands in `headspec --help`.
+# isort: split
+from headspec.apps.cli import run  # noqa: F401
+
+# isort: split
+from headspec.apps.cli import analyse, reproduce, sweep  # noqa: F401
+
+__all__ = ["app", "main"]
+
+
+def version_callback(value: bool):
+    if value:
+        from headspec import __version__
+
+        out.print(f"headspec {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=version_callback, is_eager=True, help="Show version."),
+    ] = False,
+):
+    """headspec: how attention heads specialise, in simulation and theory."""
+
+
+def main() -> None:
+    """Console entry point. The command line is a process of its own, so it simply runs JAX in
+    64-bit mode throughout (the library's entry points choose it locally either way)."""
+    import jax
+
+    from headspec.conventions.provenance import enable_compilation_cache
+
+    jax.config.update("jax_enable_x64", True)
+    enable_compilation_cache()
+    sys.exit(app())

@@ -1,0 +1,119 @@
+"""What every command shares: the Typer app, the two consoles, error exits, option types, bars.
+
+Messages for the user go to ``err`` (stderr), results to ``out`` (stdout). Bad input ends with
+``fail``: ``error: …`` on stderr and exit code 2, before any output file is written.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    Progress,
+    ProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+app = typer.Typer(
+    name="headspec",
+    help="Multi-head attention on the high-dimensional single-location model "
+    "(Sagitova, Duranthon, Zdeborová 2026): simulation, theory, Bayes-optimal risk.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+out = Console()
+err = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2):
+    """Print ``error: …`` on stderr and exit with ``code`` (2: bad input)."""
+    err.print("error: " + message, markup=False, highlight=False, soft_wrap=True, style="red")
+    raise typer.Exit(code)
+
+
+def check_output_path(path: Path | None) -> None:
+    """Refuse an output path whose folder is missing, or that is a folder, before any work."""
+    if path is None:
+        return
+    if path.is_dir():
+        fail(f"output {str(path)!r} is a folder; fix: give a file name")
+    if not path.parent.exists():
+        fail(f"the folder of output {str(path)!r} does not exist; fix: create it first")
+
+
+def _overrides(
+    set_: list[str] | None,
+    pairs: Iterable[tuple[str, object]],
+    strings: Iterable[tuple[str, str | None]] = (),
+    latent: str | None = None,
+) -> list[str]:
+    """Turn shortcut options into dotted overrides (numbers as-is, strings TOML-quoted).
+
+    Order: the ``--set`` overrides, then ``latent`` (a TOML inline table that replaces the whole
+    task.latent), then the shortcuts, so that e.g. ``--scale`` applies to the new ``--latent``.
+    """
+    overrides = list(set_ or [])
+    if latent is not None:
+        overrides.append(f"task.latent={latent}")
+    for key, val in pairs:
+        if val is not None:
+            overrides.append(f"{key}={val}")
+    for key, val in strings:
+        if val is not None:
+            overrides.append(f"{key}={json.dumps(val)}")
+    return overrides
+
+
+def progress_bar(count_text: str, eta: bool = True) -> Progress:
+    """A progress bar on stderr: description, bar, ``count_text``, time elapsed (and left).
+
+    ``count_text`` is a rich ``TextColumn`` format over ``task``, e.g. ``counted("steps")`` or
+    ``"t = {task.completed:.3g} / {task.total:.3g}"``; ``eta`` adds the estimated time left.
+    """
+    columns: list[ProgressColumn] = [
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        TextColumn(count_text),
+        TimeElapsedColumn(),
+    ]
+    if eta:
+        columns.append(TimeRemainingColumn())
+    return Progress(*columns, console=err)
+
+
+def counted(unit: str) -> str:
+    """The ``count_text`` of a bar that counts whole things: ``1,200/5,000 steps``."""
+    return "{task.completed:,}/{task.total:,} " + unit
+
+
+# ----------------------------------------------------------------------------- option types
+# Only options whose flag and help text are the same in every command that takes them; the
+# default value stays in each command's signature.
+ConfigOpt = Annotated[
+    Path | None, typer.Option("--config", "-c", help="TOML config file (see experiments/).")
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        "-s",
+        help="Override a config key, repeatable: --set task.L=20 "
+        "--set 'task.latent={kind=\"spike\", a=[3.0]}'. Values are TOML values.",
+    ),
+]
+HOpt = Annotated[int | None, typer.Option("--H", help="Heads (model.H).")]
+LOpt = Annotated[int | None, typer.Option("--L", help="Tokens per sequence (task.L).")]
+ActivationOpt = Annotated[
+    str | None, typer.Option("--activation", "-a", help="softmax | softmax1 | bayes_softmax.")
+]
+ResultOutOpt = Annotated[Path, typer.Option("--out", "-o", help="Result file (netCDF).")]
+ResultArg = Annotated[Path, typer.Argument(help="A result file written by simulate or theory.")]

@@ -1,0 +1,354 @@
+"""Commands that compute: `bayes` (Bayes-optimal risk), `simulate` (SGD), `theory` (the ODE).
+
+`simulate` and `theory` write a result file of the same schema (headspec.conventions.results)
+and end alike (``_finish``: save, summary table, figures on request); exit 3 if a seed diverged
+or failed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from headspec.apps.cli.common import (
+    ActivationOpt,
+    ConfigOpt,
+    HOpt,
+    LOpt,
+    ResultOutOpt,
+    SetOpt,
+    _overrides,
+    app,
+    check_output_path,
+    counted,
+    err,
+    fail,
+    out,
+    progress_bar,
+)
+from headspec.apps.cli.figures import write_result_figures
+from headspec.conventions.config import BayesRunConfig, ConfigError, SimulateConfig, load_config
+from headspec.conventions.io import write_json_atomic
+
+
+@app.command()
+def bayes(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    L: LOpt = None,
+    D: Annotated[
+        int | None, typer.Option("--D", help="Token dimension for --route finite (task.D).")
+    ] = None,
+    latent: Annotated[
+        str | None,
+        typer.Option(
+            "--latent",
+            help="Latent law as a TOML inline table (task.latent), e.g. "
+            "'{kind=\"flipped_spike\", a=[2.0]}'.",
+        ),
+    ] = None,
+    scale: Annotated[
+        float | None, typer.Option("--scale", help="Signal strength c: θ → cθ.")
+    ] = None,
+    samples: Annotated[
+        int | None, typer.Option("--samples", "-n", help="Monte-Carlo sequences.")
+    ] = None,
+    route: Annotated[
+        str | None, typer.Option("--route", help="'projected' (D → ∞) or 'finite' (at task.D).")
+    ] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Random seed.")] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the results as JSON here.")
+    ] = None,
+):
+    """Bayes-optimal risk R_B (± standard error) and the risks of reference predictors.
+
+    Defaults: L = 10, discrete law with atoms 2e₁, 2e₂ and probabilities 0.6, 0.4, 10^5 sequences
+    in the D → ∞ route. Each row also gives its excess risk over R_B on the same samples.
+    """
+    overrides = _overrides(
+        set_,
+        [
+            ("task.L", L),
+            ("task.D", D),
+            ("task.latent.scale", scale),
+            ("bayes.samples", samples),
+            ("seed", seed),
+        ],
+        [("bayes.route", route)],
+        latent=latent,
+    )
+    try:
+        cfg = load_config(BayesRunConfig, config, overrides)
+    except ConfigError as e:
+        fail(str(e))
+    check_output_path(json_out)
+
+    from headspec.conventions.runs import run_bayes
+
+    with err.status(f"estimating risks on {cfg.bayes.samples:,} sequences…"):
+        res = run_bayes(cfg)
+    out.print(_risk_table(cfg, res))
+    if json_out is not None:
+        write_json_atomic(json_out, res)
+        out.print(f"wrote {json_out}")
+
+
+def _risk_table(cfg: BayesRunConfig, res: dict) -> Table:
+    """One row per predictor of a `bayes` run: risk ± s.e. and paired excess over R_B."""
+    lat = cfg.task.latent
+    where = "D → ∞" if cfg.bayes.route == "projected" else f"finite D = {cfg.task.D}"
+    table = Table(
+        title=f"Risks — L = {cfg.task.L}, {lat.kind} law (F = {lat.F}, scale {lat.scale:g}), "
+        f"{where}, n = {cfg.bayes.samples:,}, seed {cfg.seed}",
+    )
+    for col, just in (
+        ("predictor", "left"),
+        ("heads", "right"),
+        ("risk", "right"),
+        ("± s.e.", "right"),
+        ("risk − R_B (paired)", "right"),
+    ):
+        table.add_column(col, justify=just)
+    for row in res["results"]:
+        table.add_row(
+            row["description"],
+            str(row["heads"] or "—"),
+            f"{row['risk']:.5f}",
+            f"{row['se']:.5f}",
+            f"{row['excess_over_bayes']:+.5f} ± {row['excess_se']:.5f}",
+        )
+    return table
+
+
+@app.command()
+def simulate(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    H: HOpt = None,
+    L: LOpt = None,
+    D: Annotated[int | None, typer.Option("--D", help="Token dimension (task.D).")] = None,
+    T: Annotated[float | None, typer.Option("--T", help="Time horizon in t = samples/D.")] = None,
+    activation: ActivationOpt = None,
+    latent: Annotated[
+        str | None,
+        typer.Option(
+            "--latent", help="Latent law as a TOML inline table, e.g. '{kind=\"spike\", a=[2.0]}'."
+        ),
+    ] = None,
+    lr: Annotated[float | None, typer.Option("--lr", help="Learning rate η (train.lr).")] = None,
+    seeds: Annotated[int | None, typer.Option("--seeds", help="Independent runs.")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="First seed.")] = None,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            "--engine",
+            help="full (D-dimensional) or reduced (exact, cost per step independent of D).",
+        ),
+    ] = None,
+    out_path: ResultOutOpt = Path("simulation.nc"),
+    plot: Annotated[
+        bool, typer.Option("--plot/--no-plot", help="Also write PNG figures next to the result.")
+    ] = False,
+):
+    """Train multi-head attention by online SGD at finite D; record risk and overlaps.
+
+    Records, on a log time grid shared with `headspec theory`: the D → ∞ risk of the current
+    (M, Q, b) and the exact loss on a held-out batch (± standard errors), M, Q, b and cosine
+    overlaps, per seed. Writes one netCDF file (schema in headspec.conventions.results).
+    """
+    overrides = _overrides(
+        set_,
+        [("model.H", H), ("task.L", L), ("task.D", D), ("train.T", T), ("train.lr", lr),
+         ("seeds", seeds), ("seed", seed)],
+        [("model.activation", activation), ("train.engine", engine)],
+        latent=latent,
+    )  # fmt: skip
+    try:
+        cfg = load_config(SimulateConfig, config, overrides)
+    except ConfigError as e:
+        fail(str(e))
+    check_output_path(out_path)
+
+    from headspec.conventions.runs import divergence_message
+    from headspec.conventions.runs import simulate as run_simulation
+
+    m, tk = cfg.model, cfg.task
+    err.print(
+        f"simulate: {m.activation}, H = {m.H}, L = {tk.L}, D = {tk.D}, {tk.latent.kind} law, "
+        f"η = {cfg.train.lr:g}, T = {cfg.train.T:g}, {cfg.seeds} seeds, {cfg.train.dtype}, "
+        f"{cfg.train.engine} engine",
+        highlight=False,
+    )
+    with progress_bar(counted("steps")) as bar:
+        total = round(cfg.train.T * tk.D / cfg.train.batch)
+        job = bar.add_task("compiling…", total=total)
+
+        def progress(done, total):
+            bar.update(job, completed=done, total=total, description="training")
+
+        ds = run_simulation(cfg, progress=progress)
+    _finish(ds, out_path, plot)
+    failed = [i for i in range(ds.sizes["seed"]) if int(ds.failed[i])]
+    for i in failed:
+        err.print("error: " + divergence_message(ds, i), markup=False, style="red")
+    if failed:
+        raise typer.Exit(3)
+
+
+def _finish(ds, out_path: Path, plot: bool, extra: str = "") -> None:
+    """Save a result, print its summary, and write its figures if asked."""
+    from headspec.conventions import results
+
+    results.save(ds, out_path)
+    _summary(ds)
+    out.print(f"wrote {out_path}{extra}")
+    if plot:
+        write_result_figures(ds, out_path.parent, out_path.stem)
+
+
+def _summary(ds) -> None:
+    """Final risk per seed, Bayes risk, and each head's best-matching feature."""
+    import numpy as np
+
+    table = Table(title=f"{ds.attrs['kind']} — final time t = {float(ds.t[-1]):g}")
+    table.add_column("seed", justify="right")
+    table.add_column("risk (D → ∞) ± s.e.", justify="right")
+    table.add_column("held-out loss ± s.e.", justify="right")
+    table.add_column("heads → best feature (cos)")
+    for i, s in enumerate(ds.seed.values):
+        last = ds.isel(seed=i, t=-1)
+        cos = np.asarray(last.cos)  # (H, F)
+        heads = "  ".join(
+            f"h{h}→f{int(np.nanargmax(np.abs(c)))} ({c[int(np.nanargmax(np.abs(c)))]:+.2f})"
+            if np.isfinite(c).any()
+            else f"h{h}→—"
+            for h, c in enumerate(cos)
+        )
+        tr = float(last.test_risk)
+        table.add_row(
+            str(int(s)),
+            f"{float(last.risk):.4f} ± {float(last.risk_se):.4f}",
+            "—" if not np.isfinite(tr) else f"{tr:.4f} ± {float(last.test_risk_se):.4f}",
+            heads,
+        )
+    mean = float(ds.risk.isel(t=-1).mean())
+    table.caption = (
+        f"mean final risk {mean:.4f}; Bayes risk R_B = {ds.attrs['bayes_risk']:.4f} "
+        f"± {ds.attrs['bayes_risk_se']:.4f}"
+    )
+    out.print(table)
+
+
+# Long only by its option list (one parameter per option); the body is under 60 lines.
+@app.command()
+def theory(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    init_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--init-from",
+            help="Start from the exact initial (M, Q, b) of a simulation result; its task, model, "
+            "train and record settings become the defaults.",
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(
+            "--seed", help="With --init-from: the seed of that file to start from (default: all)."
+        ),
+    ] = None,
+    H: HOpt = None,
+    L: LOpt = None,
+    D: Annotated[
+        int | None, typer.Option("--D", help="Dimension of the perturbed initial state (task.D).")
+    ] = None,
+    T: Annotated[float | None, typer.Option("--T", help="Time horizon.")] = None,
+    activation: ActivationOpt = None,
+    latent: Annotated[
+        str | None, typer.Option("--latent", help="Latent law as a TOML inline table.")
+    ] = None,
+    lr: Annotated[float | None, typer.Option("--lr", help="Learning rate η.")] = None,
+    n: Annotated[
+        int | None, typer.Option("--n", help="Base samples of the drift (theory.n).")
+    ] = None,
+    out_path: ResultOutOpt = Path("theory.nc"),
+    plot: Annotated[bool, typer.Option("--plot/--no-plot", help="Also write PNG figures.")] = False,
+):
+    """Integrate the D → ∞ order-parameter ODE (SPEC §5) on the simulator's time grid.
+
+    Same task/model/train/record options as `simulate`; the result has the same schema, so
+    `headspec compare SIM.nc THEORY.nc` overlays them. Initial state: the exact law of the
+    finite-D initial overlaps at task.D (default, one per seed), `theory.init={kind="symmetric"}`,
+    a given state `theory.init={kind="given", M=[[…]], Q=[[…]]}`, or --init-from a simulation.
+    """
+    from headspec.conventions.config import TheoryConfig
+
+    overrides = _overrides(
+        set_,
+        [("model.H", H), ("task.L", L), ("task.D", D), ("train.T", T), ("train.lr", lr),
+         ("theory.n", n)],
+        [("model.activation", activation)],
+        latent=latent,
+    )  # fmt: skip
+    base = None
+    if init_from is not None:
+        base = _base_from_simulation(init_from, seed)
+    elif seed is not None:
+        overrides.append(f"seed={seed}")
+    try:
+        cfg = load_config(TheoryConfig, config, overrides, base=base)
+    except ConfigError as e:
+        fail(str(e))
+    check_output_path(out_path)
+
+    from headspec.conventions.runs import solve
+
+    m, tk = cfg.model, cfg.task
+    err.print(
+        f"theory: {m.activation}, H = {m.H}, L = {tk.L}, {tk.latent.kind} law, η = "
+        f"{cfg.train.lr:g}, T = {cfg.train.T:g}, init {cfg.theory.init.kind}, "
+        f"{cfg.theory.sampler} with n = {cfg.theory.n}",
+        highlight=False,
+    )
+    with progress_bar("t = {task.completed:.3g} / {task.total:.3g}", eta=False) as bar:
+        job = bar.add_task("compiling…", total=cfg.train.T)
+
+        def progress(t, total):
+            bar.update(job, completed=t, description="integrating")
+
+        try:
+            ds = solve(cfg, progress=progress)
+        except ValueError as e:  # inconsistent init (e.g. a simulation of another model)
+            fail(str(e))
+    _finish(ds, out_path, plot, f" ({ds.attrs['solver_steps']} solver steps)")
+    failed = [int(s) for s, f in zip(ds.seed.values, ds.failed.values, strict=True) if f]
+    if failed:
+        err.print(
+            f"error: the solver failed for seed(s) {failed} (step limit or non-finite state); "
+            "fix: raise theory.max_steps, loosen theory.rtol, or lower train.lr",
+            markup=False,
+            style="red",
+        )
+        raise typer.Exit(3)
+
+
+def _base_from_simulation(init_from: Path, seed: int | None) -> dict:
+    """Config defaults for `theory --init-from SIM.nc`: the simulation's task, model, train and
+    record settings, and an initial state read from that file (all seeds, or ``seed``)."""
+    from headspec.conventions import results
+
+    try:
+        sim_cfg = results.config_of(results.load(init_from))
+    except results.ResultError as e:
+        fail(str(e))
+    base = {k: sim_cfg[k] for k in ("task", "model", "train", "record") if k in sim_cfg}
+    init = {"kind": "simulation", "path": str(init_from)}
+    if seed is not None:
+        init["seeds"] = [seed]
+    base["theory"] = {"init": init}
+    return base

@@ -1,0 +1,215 @@
+"""The `sweep` sub-commands over headspec.apps.sweep: `run` (the default), `collect`, `status`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import Progress
+from rich.table import Table
+from typer.core import TyperGroup
+
+from headspec.apps.cli.common import app, check_output_path, counted, err, fail, out, progress_bar
+from headspec.conventions.config import ConfigError
+
+
+class _RunByDefault(TyperGroup):
+    """`headspec sweep SPEC.toml …` means `headspec sweep run SPEC.toml …`."""
+
+    def parse_args(self, ctx, args):
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+sweep_app = typer.Typer(
+    cls=_RunByDefault,
+    no_args_is_help=True,
+    help="Sweeps over grids of configs on Dask: `headspec sweep SPEC.toml` runs (or resumes) "
+    "one; `headspec sweep collect DIR` combines its points; `headspec sweep status DIR`.",
+)
+app.add_typer(sweep_app, name="sweep")
+
+
+# Long only by its option list (one parameter per option); the body is under 50 lines.
+@sweep_app.command("run")
+def sweep_run(
+    spec_path: Annotated[Path, typer.Argument(metavar="SPEC.toml", help="Sweep spec (TOML).")],
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            "-s",
+            help="Override a spec key, repeatable: --set sweep.seeds=4 --set config.train.T=10.",
+        ),
+    ] = None,
+    axis: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--axis",
+            help="Add or replace an axis, repeatable: --axis 'model.H=[2,4]' or "
+            "--axis 'task.D={start=100, stop=1000, num=4, spacing=\"log\"}'.",
+        ),
+    ] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Output folder (default: sweep.out).")
+    ] = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            "--scheduler",
+            help="Address of an existing Dask scheduler (tcp://host:8786); its workers need "
+            "headspec installed. Default: a local cluster that starts and stops with the command.",
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option("--workers", "-w", min=1, help="Local cluster size (default: one per core)."),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Run a changed spec in a folder of another spec (unchanged points kept).",
+        ),
+    ] = False,
+):
+    """Run a sweep: every grid point of the spec's axes (× seed blocks) is a Dask task.
+
+    Finished points are written atomically to OUT/points/ and recorded in OUT/manifest.json; at
+    the end they are combined into OUT/sweep.nc (swept parameters as coordinates). Re-running the
+    same command resumes: intact points are skipped, missing or corrupt ones re-run. Exit 1 if a
+    point failed (its error is in the manifest), 130 if interrupted.
+    """
+    from headspec.apps import sweep as sw
+
+    try:
+        spec, root = sw.load_spec(spec_path, set_, axis)
+        plan = sw.resolve(spec, root, out_dir)
+    except ConfigError as e:
+        fail(str(e))
+    if plan.out.exists() and not plan.out.is_dir():
+        fail(f"output {str(plan.out)!r} is a file; fix: give a folder (--out)")
+    shape = " × ".join(f"{a.name}[{len(a.values)}]" for a in plan.axes)
+    err.print(
+        f"sweep: {plan.kind}, {len(plan.points)} points ({shape}) × {plan.seeds} seeds in "
+        f"{len(plan.tasks)} tasks → {plan.out}",
+        highlight=False,
+    )
+    bar = progress_bar(counted("tasks"))
+    on_start, on_result = _bar_callbacks(bar, scheduler)
+    try:
+        report = sw.run(
+            plan,
+            scheduler=scheduler,
+            workers=workers,
+            force=force,
+            on_start=on_start,
+            on_result=on_result,
+        )
+    except sw.SweepError as e:
+        bar.stop()
+        fail(str(e))
+    except KeyboardInterrupt:
+        bar.stop()
+        err.print(
+            "interrupted: every finished point is kept; run the same command again to resume",
+            markup=False,
+        )
+        raise typer.Exit(130) from None
+    bar.stop()
+    _print_report(plan, report)
+    if report.failed:
+        raise typer.Exit(1)
+
+
+def _bar_callbacks(bar: Progress, scheduler: str | None):
+    """``on_start``/``on_result`` for headspec.apps.sweep.run: the bar starts once the cluster is up
+    (counting only the tasks left to run) and names the diverged and failed tasks so far."""
+    counts = {"done": 0, "diverged": 0, "failed": 0}
+    job = None
+
+    def on_start(client, n_todo, n_total):
+        nonlocal job
+        where = scheduler or f"local cluster, {len(client.scheduler_info()['workers'])} workers"
+        err.print(f"dask: {where}; dashboard {client.dashboard_link}", highlight=False)
+        if n_todo < n_total:
+            err.print(f"resuming: {n_total - n_todo} of {n_total} tasks already finished")
+        bar.start()
+        job = bar.add_task("running", total=n_todo)
+
+    def on_result(task, entry):
+        counts[entry["status"]] += 1
+        desc = ", ".join(f"{v} {k}" for k, v in counts.items() if v and k != "done") or "running"
+        bar.update(job, advance=1, description=desc)
+
+    return on_start, on_result
+
+
+def _print_report(plan, report) -> None:
+    """The task counts of a finished sweep, its first failures, and the files it wrote."""
+    from headspec.apps import sweep as sw
+
+    table = Table(title=f"sweep {plan.out}")
+    for col in ("tasks", "finished before", "finished now", "of which diverged", "failed"):
+        table.add_column(col, justify="right")
+    table.add_row(
+        str(report.total),
+        str(report.skipped),
+        str(report.done + report.diverged),
+        str(report.diverged),
+        str(len(report.failed)),
+    )
+    out.print(table)
+    for params, error in report.failed[:10]:
+        err.print(f"failed: {params}: {error}", markup=False, style="red")
+    if len(report.failed) > 10:
+        err.print(f"… and {len(report.failed) - 10} more (see {plan.out / sw.MANIFEST})")
+    if report.dataset_path is not None:
+        out.print(f"wrote {report.dataset_path}")
+        out.print(f"wrote {sw.save_figure(sw.collect(plan.out), plan.out)}")
+
+
+@sweep_app.command("collect")
+def sweep_collect(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="Output folder of a sweep.")],
+    out_path: Annotated[
+        Path | None, typer.Option("--out", "-o", help="Combined file (default: DIR/sweep.nc).")
+    ] = None,
+):
+    """Combine the finished points of a sweep into one netCDF dataset (axes as coordinates)."""
+    from headspec.apps import sweep as sw
+
+    check_output_path(out_path)
+    try:
+        ds = sw.collect(folder)
+    except sw.SweepError as e:
+        fail(str(e))
+    path = sw.save_collected(ds, out_path or folder / sw.COLLECTED)
+    dims = ", ".join(f"{k} = {v}" for k, v in ds.sizes.items())
+    out.print(f"{ds.attrs['points_finished']} of {ds.attrs['points']} points finished; {dims}")
+    out.print(f"wrote {path}")
+    out.print(f"wrote {sw.save_figure(ds, path.parent)}")
+
+
+@sweep_app.command("status")
+def sweep_status(
+    folder: Annotated[Path, typer.Argument(metavar="DIR", help="Output folder of a sweep.")],
+):
+    """Counts of finished, diverged, failed and pending tasks, and the errors of failed ones."""
+    from headspec.apps import sweep as sw
+
+    try:
+        manifest = sw.read_manifest(folder)
+    except sw.SweepError as e:
+        fail(str(e))
+    table = Table(title=f"sweep {folder} ({manifest['spec']['kind']})")
+    table.add_column("status")
+    table.add_column("tasks", justify="right")
+    for k, v in sorted(sw.status_counts(manifest).items()):
+        table.add_row(k, str(v))
+    out.print(table)
+    for e in manifest["tasks"]:
+        if e["status"] == "failed":
+            err.print(f"failed: {e['params']}: {e.get('error', '?')}", markup=False, style="red")

@@ -1,0 +1,56 @@
+"""The paper's findings E1–E6 (SPEC §7) as runnable recipes, and the report that collects them.
+
+Each experiment reads its recipe ``recipes/eN_*.toml`` (shipped with the package): an
+``[experiment]`` table of parameters, a ``[config]`` table (the base task/model/train/record/theory
+config) and ``[scale.quick]`` / ``[scale.full]`` overrides. A recipe (``e1.py`` … ``e6.py``, each a
+``run(ctx)``) records on an :class:`Outcome`: claims with the measured number behind each (value,
+uncertainty, whether it holds), figures, and every resolved config it ran. :func:`reproduce` runs
+them, isolates failures, and writes ``report/index.md`` and ``index.html``.
+
+Modules: ``base`` (Claim, Outcome, Context, helpers), ``e1`` … ``e6`` (the recipes), ``runner``
+(recipe files, run one or all), ``report`` (Markdown report and its HTML rendering).
+"""
+
+from collections.abc import Callable
+
+from headspec.apps.experiments import e1, e2, e3, e4, e5, e6
+from headspec.apps.experiments.base import CONFIG_SECTIONS, Claim, Context, Outcome
+from headspec.apps.experiments.e1 import run as run_e1
+from headspec.apps.experiments.e2 import run as run_e2
+from headspec.apps.experiments.e3 import run as run_e3
+from headspec.apps.experiments.e4 import run as run_e4
+from headspec.apps.experiments.e5 import run as run_e5
+from headspec.apps.experiments.e6 import run as run_e6
+from headspec.apps.experiments.report import environment, to_html, write_report
+from headspec.apps.experiments.runner import (
+    EXPERIMENT_FILES,
+    experiments_dir,
+    reproduce,
+    run_experiment,
+)
+
+# The recipe of each experiment id; the runner reads it from here at call time.
+RECIPES: dict[str, Callable[[Context], None]] = {
+    "E1": e1.run, "E2": e2.run, "E3": e3.run, "E4": e4.run, "E5": e5.run, "E6": e6.run,
+}  # fmt: skip
+
+__all__ = [
+    "CONFIG_SECTIONS",
+    "EXPERIMENT_FILES",
+    "RECIPES",
+    "Claim",
+    "Context",
+    "Outcome",
+    "environment",
+    "experiments_dir",
+    "reproduce",
+    "run_e1",
+    "run_e2",
+    "run_e3",
+    "run_e4",
+    "run_e5",
+    "run_e6",
+    "run_experiment",
+    "to_html",
+    "write_report",
+]

@@ -1,0 +1,119 @@
+"""The report of `headspec reproduce`: ``index.md``, and ``index.html`` rendered from it.
+
+The report is written once, in Markdown (claims table, per-experiment sections with figures and
+config links, environment); the HTML page is that Markdown rendered by markdown-it-py (CommonMark
+with tables, raw HTML off so every text is escaped) inside a minimal page. Figures and configs are
+referenced by paths relative to the report folder.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import platform
+from pathlib import Path
+
+from markdown_it import MarkdownIt
+from markdown_it.renderer import RendererHTML
+
+from headspec.apps.experiments.base import Outcome
+
+_CSS = (
+    "body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
+    "table{border-collapse:collapse;margin:1em 0}"
+    "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top}"
+    "th{background:#f4f4f4}img{max-width:100%}pre{background:#f6f6f6;padding:8px;overflow:auto}"
+)
+_PAGE = (
+    "<!doctype html><html><head><meta charset='utf-8'><title>headspec report</title>"
+    "<style>{css}</style></head><body>\n{body}</body></html>\n"
+)
+
+
+def environment() -> dict:
+    import jax
+
+    from headspec.conventions.provenance import run_metadata
+
+    env = run_metadata()
+    env["cpu"] = platform.processor() or platform.machine()
+    env["devices"] = ", ".join(str(d) for d in jax.devices())
+    return env
+
+
+def _md(text) -> str:
+    """A Markdown table cell: pipes escaped, newlines flattened."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _verdict(h):
+    return "yes" if h is True else ("NO" if h is False else "—")
+
+
+def write_report(outcomes: list[Outcome], outdir: Path, scale: str, seconds: float) -> Path:
+    """report/index.md and report/index.html: claims table, figures, environment, configs."""
+    cfgdir = outdir / "configs"
+    cfgdir.mkdir(parents=True, exist_ok=True)
+    for o in outcomes:
+        for name, c in o.configs.items():
+            (cfgdir / f"{o.id}_{name}.json").write_text(json.dumps(c, indent=2))
+    md = markdown(outcomes, environment(), scale, seconds)
+    (outdir / "index.md").write_text(md)
+    (outdir / "index.html").write_text(to_html(md))
+    return outdir / "index.html"
+
+
+def markdown(outcomes: list[Outcome], env: dict, scale: str, seconds: float) -> str:
+    """The whole report as Markdown text."""
+    held = sum(c.holds is True for o in outcomes for c in o.claims)
+    failed = sum(c.holds is False for o in outcomes for c in o.claims)
+    md = [f"# headspec — reproduction of the paper's findings ({scale} scale)", ""]
+    md += [f"{held} claims hold, {failed} do not, at this scale; "
+           f"{sum(o.error is not None for o in outcomes)} experiments failed to run. "
+           f"Total time {seconds / 60:.1f} min.", ""]  # fmt: skip
+    md += ["## Claims", "", "| exp. | claim | measured | value | holds |", "|---|---|---|---|---|"]
+    for o in outcomes:
+        if o.error:
+            md.append(
+                f"| {o.id} | (experiment failed) | — | `{_md(o.error.splitlines()[0])}` | NO |"
+            )
+        for c in o.claims:
+            note = f" ({c.note})" if c.note else ""
+            cells = (o.id, c.claim, c.quantity + note, c.value, _verdict(c.holds))
+            md.append("| " + " | ".join(_md(x) for x in cells) + " |")
+    for o in outcomes:
+        md += ["", f"## {o.id} — {o.title}", "", f"Run time {o.seconds:.0f} s."]
+        if o.error:
+            md += ["", "**This experiment failed:**", "", "```", o.error, "```"]
+        for fig in o.figures:
+            md += ["", f"![{fig.stem}](figures/{fig.name})"]
+        if o.table:
+            md += ["", "| seed | split after specialisation | final split | moves at t | "
+                   "risk bump |", "|---|---|---|---|---|"]  # fmt: skip
+            md += ["| " + " | ".join(_md(x) for x in row) + " |" for row in o.table]
+        if o.configs:
+            md += ["", "Configs: " + ", ".join(
+                f"[{n}](configs/{o.id}_{n}.json)" for n in o.configs)]  # fmt: skip
+    md += ["", "## Environment", "", "| | |", "|---|---|"]
+    md += [f"| {_md(k)} | {_md(v)} |" for k, v in env.items()]
+    md += [
+        "",
+        f"Re-run: `headspec reproduce --scale {scale}`; every config above can be re-run "
+        "with `headspec simulate` / `headspec theory --config` after converting it to TOML.",
+    ]
+    return "\n".join(md) + "\n"
+
+
+class _SingleQuoteRenderer(RendererHTML):
+    """markdown-it's HTML renderer with attributes in single quotes (``<img src='…'>``, as the
+    report's HTML always had; every quote in a value is escaped)."""
+
+    @staticmethod
+    def renderAttrs(token) -> str:
+        return "".join(f" {html.escape(k)}='{html.escape(str(v))}'" for k, v in token.attrItems())
+
+
+def to_html(md: str) -> str:
+    """A Markdown report as a standalone HTML page."""
+    parser = MarkdownIt("commonmark", {"html": False}, renderer_cls=_SingleQuoteRenderer)
+    return _PAGE.format(css=_CSS, body=parser.enable("table").render(md))

@@ -1,0 +1,80 @@
+"""Running the recipes: find a recipe's TOML, run it with failures isolated, run them all.
+
+The recipe TOMLs ship inside the package (``headspec/apps/experiments/recipes/``) and are read
+with :mod:`importlib.resources`, so ``headspec reproduce`` works from any directory of an
+installed package.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.resources
+import time
+import tomllib
+import traceback
+from pathlib import Path
+
+from headspec.apps.experiments.base import Context, Outcome
+from headspec.apps.experiments.report import write_report
+
+EXPERIMENT_FILES = {
+    "E1": "e1_two_phases.toml",
+    "E2": "e2_order.toml",
+    "E3": "e3_activations.toml",
+    "E4": "e4_bayes_softmax.toml",
+    "E5": "e5_pruning.toml",
+    "E6": "e6_rearrangement.toml",
+}
+
+
+def experiments_dir():
+    """The folder of the recipe TOML files, shipped as package data (a Traversable: a Path for a
+    package installed or checked out on disk)."""
+    return importlib.resources.files("headspec.apps.experiments") / "recipes"
+
+
+def _recipe(exp_id: str):
+    # Looked up on the package at call time, not bound at import: the recipe table is
+    # `headspec.apps.experiments.RECIPES`, and replacing it there (tests do) must take effect.
+    return importlib.import_module("headspec.apps.experiments").RECIPES[exp_id]
+
+
+def run_experiment(exp_id: str, scale: str, outdir: Path, folder: Path | None = None) -> Outcome:
+    """Run one experiment; an exception becomes ``Outcome.error`` (the others still run).
+
+    ``folder``: where the recipe TOMLs are (default: the ones shipped with the package)."""
+    folder = folder or experiments_dir()
+    t0 = time.perf_counter()
+    try:
+        with (folder / EXPERIMENT_FILES[exp_id]).open("rb") as f:
+            spec = tomllib.load(f)
+        ctx = Context(exp_id, spec, scale, outdir)
+        _recipe(exp_id)(ctx)
+        out = ctx.outcome
+    except Exception as e:  # reported in the report, never hidden
+        out = Outcome(exp_id, exp_id, error=f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
+        if "ctx" in locals():
+            out.title, out.configs, out.figures = (
+                ctx.outcome.title,
+                ctx.outcome.configs,
+                ctx.outcome.figures,
+            )
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def reproduce(scale="quick", outdir="report", only=None, progress=None) -> list[Outcome]:
+    """Run E1–E6 (or ``only``) at a scale and write the report; returns the outcomes."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    ids = list(only or EXPERIMENT_FILES)
+    t0 = time.perf_counter()
+    outcomes = []
+    for k, exp_id in enumerate(ids):
+        if progress:
+            progress(exp_id, k, len(ids))
+        outcomes.append(run_experiment(exp_id, scale, outdir))
+    if progress:
+        progress(None, len(ids), len(ids))
+    write_report(outcomes, outdir, scale, time.perf_counter() - t0)
+    return outcomes

@@ -1,0 +1,96 @@
+"""Sweeps over grids of configs on dask.distributed: resumable, loss-free, one combined dataset.
+
+A sweep spec (TOML) names a base config (``simulate`` or ``theory``), the axes to vary, the seeds
+and the output folder::
+
+    [sweep]
+    kind = "simulate"              # or "theory"
+    base = "two_phase.toml"        # optional base config, relative to this file
+    out = "sweeps/phase"           # output folder (relative to the current directory)
+    seeds = 8                      # seeds per grid point (default: the base config's)
+    seeds_per_task = 8             # seeds batched with vmap in one task (default: all)
+
+    [config]                       # optional overrides of the base config
+    train.T = 40.0
+
+    [axes]                         # the grid is the product of the axes, in this order
+    "task.latent.scale" = {start = 0.5, stop = 3.0, num = 6}
+    "model.H" = [2, 4]
+    "model.activation" = ["softmax", "softmax1"]
+
+Each task (a grid point, or a block of its seeds) runs on a Dask worker, which writes its result
+atomically to ``OUT/points/<config hash>.nc`` when it shares the output folder with the driver
+(else it returns the dataset and the driver writes the file). The driver records each finished
+task in ``OUT/manifest.json`` (the spec, its hash, and per task its status, file checksum and
+error). Re-running the same sweep skips the tasks whose file is intact (checksum, or config hash
+read from the file) and runs the rest; a changed spec is refused unless forced. :func:`collect`
+combines the points into one dataset with the swept parameters as coordinates (``OUT/sweep.nc``).
+
+Modules: :mod:`.spec` (the TOML spec), :mod:`.plan` (the resolved tasks and their hashes),
+:mod:`.manifest` (the folder's bookkeeping), :mod:`.worker` (:func:`run_task`, run by the Dask
+workers), :mod:`.cluster` (the Dask client), :mod:`.driver` (:func:`run`), :mod:`.collect`
+(the combined dataset and figure).
+
+Example:
+    >>> spec = SweepSpec.model_validate({"sweep": {"kind": "theory", "out": "/tmp/x"},
+    ...                                  "axes": {"model.H": [2, 3]}})
+    >>> sw = resolve(spec)
+    >>> [p.params for p in sw.points]
+    [{'H': 2}, {'H': 3}]
+"""
+
+from headspec.apps.sweep.cluster import available_cores, dask_client
+from headspec.apps.sweep.collect import COLLECTED, collect, save_collected, save_figure
+from headspec.apps.sweep.driver import Report, prepare, run
+from headspec.apps.sweep.errors import SweepError
+from headspec.apps.sweep.manifest import (
+    MANIFEST,
+    MANIFEST_VERSION,
+    read_manifest,
+    spec_differences,
+    status_counts,
+    task_is_intact,
+)
+from headspec.apps.sweep.plan import Axis, Sweep, SweepTask, config_hash, resolve
+from headspec.apps.sweep.spec import (
+    MODELS,
+    Range,
+    SweepSection,
+    SweepSpec,
+    load_spec,
+    spec_from_dict,
+)
+from headspec.apps.sweep.worker import TOKEN, WORKER_ENV, run_task
+
+__all__ = [
+    "COLLECTED",
+    "MANIFEST",
+    "MANIFEST_VERSION",
+    "MODELS",
+    "TOKEN",
+    "WORKER_ENV",
+    "Axis",
+    "Range",
+    "Report",
+    "Sweep",
+    "SweepError",
+    "SweepSection",
+    "SweepSpec",
+    "SweepTask",
+    "available_cores",
+    "collect",
+    "config_hash",
+    "dask_client",
+    "load_spec",
+    "prepare",
+    "read_manifest",
+    "resolve",
+    "run",
+    "run_task",
+    "save_collected",
+    "save_figure",
+    "spec_differences",
+    "spec_from_dict",
+    "status_counts",
+    "task_is_intact",
+]

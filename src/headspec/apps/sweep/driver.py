@@ -1,0 +1,222 @@
+"""The driver of a sweep: checks the folder against the spec, submits the unfinished tasks to
+Dask, records each finished one in the manifest and collects the points at the end."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from headspec.apps.sweep.cluster import dask_client
+from headspec.apps.sweep.collect import COLLECTED, collect, save_collected
+from headspec.apps.sweep.errors import SweepError
+from headspec.apps.sweep.manifest import (
+    MANIFEST,
+    MANIFEST_VERSION,
+    _file_status,
+    _folder_lock,
+    _sha256,
+    read_manifest,
+    spec_differences,
+    task_is_intact,
+)
+from headspec.apps.sweep.plan import Sweep, SweepTask
+from headspec.apps.sweep.worker import TOKEN, run_task
+from headspec.conventions.io import write_json_atomic
+
+
+@dataclass
+class Report:
+    """What a call of :func:`run` did."""
+
+    total: int
+    skipped: int  # finished before (file intact)
+    done: int  # finished now
+    diverged: int  # finished now, some seeds diverged
+    failed: list[tuple[dict, str]]  # (params, error) of tasks that raised or were killed
+    dataset_path: Path | None
+
+
+def prepare(sweep: Sweep, force: bool = False) -> tuple[dict, list[SweepTask]]:
+    """Check the folder against the spec; returns the manifest to write and the tasks to run.
+
+    A folder holding another spec's manifest is refused (SweepError naming what differs)
+    unless ``force``; finished files of tasks whose config is unchanged are kept either way.
+    """
+    folder = sweep.out
+    (folder / "points").mkdir(parents=True, exist_ok=True)
+    for tmp in (folder / "points").glob(".*.tmp"):  # left by a driver killed mid-write
+        tmp.unlink(missing_ok=True)
+    record = sweep.record()
+    old_entries: dict[str, dict] = {}
+    created = None
+    path = folder / MANIFEST
+    if path.exists():
+        try:
+            old = read_manifest(folder)
+        except SweepError:
+            if not force:
+                raise
+            old = None
+        if old is not None:
+            if old.get("spec_hash") != sweep.spec_hash and not force:
+                diffs = spec_differences(old.get("spec", {}), record) or ["(unreadable spec)"]
+                raise SweepError(
+                    f"{folder} holds a sweep with another spec: "
+                    + "; ".join(diffs)
+                    + ". fix: give another output folder (--out), or --force to run the new "
+                    "spec there (points whose config is unchanged are re-used)"
+                )
+            old_entries = {e["hash"]: e for e in old.get("tasks", []) if "hash" in e}
+            created = old.get("created")
+    from headspec.conventions.provenance import run_metadata
+
+    manifest = {
+        "manifest_version": MANIFEST_VERSION,
+        "spec": record,
+        "spec_hash": sweep.spec_hash,
+        "axes": [{"key": a.key, "name": a.name} for a in sweep.axes],
+        "created": created or time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **run_metadata(),
+        "tasks": [],
+    }
+    todo = []
+    for t in sweep.tasks:
+        entry = {
+            "point": t.point,
+            "index": list(t.index),
+            "params": t.params,
+            "seed": t.config.seed,
+            "seeds": t.config.seeds,
+            "hash": t.hash,
+            "file": t.file,
+            "status": "pending",
+        }
+        prev = old_entries.get(t.hash)
+        if task_is_intact(folder, t, prev):
+            if prev and prev.get("sha256"):
+                keep = ("status", "sha256", "elapsed_s", "diverged_seeds")
+                entry.update({k: prev[k] for k in keep if k in prev})
+            else:  # written before the driver could record it
+                entry.update(status=_file_status(folder / t.file), sha256=_sha256(folder / t.file))
+        else:
+            (folder / t.file).unlink(missing_ok=True)  # corrupt or truncated: recompute
+            todo.append(t)
+        manifest["tasks"].append(entry)
+    write_json_atomic(path, manifest)
+    return manifest, todo
+
+
+def run(
+    sweep: Sweep,
+    *,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    client: Any = None,
+    force: bool = False,
+    collect_after: bool = True,
+    on_start: Callable[[Any, int, int], None] | None = None,
+    on_result: Callable[[SweepTask, dict], None] | None = None,
+) -> Report:
+    """Run the tasks of a sweep that are not finished; write points, manifest, combined dataset.
+
+    Tasks go to ``client`` (a ``distributed.Client``) if given, else to the scheduler at
+    ``scheduler``, else to a local cluster of ``workers`` processes started for this call.
+    ``on_start(client, n_todo, n_total)`` is called once the cluster is up; ``on_result(task,
+    entry)`` after each finished task. Interruption (KeyboardInterrupt) keeps every finished
+    point; calling :func:`run` again resumes. Two runs on one folder at once are refused.
+    """
+    sweep.out.mkdir(parents=True, exist_ok=True)
+    with _folder_lock(sweep.out):
+        return _run(sweep, scheduler, workers, client, force, collect_after, on_start, on_result)
+
+
+def _record(folder: Path, task: SweepTask, entry: dict, res: dict) -> None:
+    """Write a finished task's file (unless its worker did) and record it in its manifest entry."""
+    from headspec.conventions import results
+
+    path = folder / task.file
+    if res["status"] != "failed":
+        if "dataset" in res:
+            results.save(res["dataset"], path)
+        if not path.is_file():  # a worker wrote it elsewhere: not past the token check
+            error = "the point file a worker wrote is not visible here"
+            res = {"status": "failed", "error": error}
+    for k in ("error", "traceback", "sha256", "elapsed_s", "diverged_seeds"):
+        entry.pop(k, None)
+    entry["status"] = res["status"]
+    if res["status"] == "failed":
+        entry["error"] = res["error"]
+        if "traceback" in res:
+            entry["traceback"] = res["traceback"]
+    else:
+        entry.update(
+            sha256=_sha256(path),
+            elapsed_s=round(res["elapsed_s"], 3),
+            diverged_seeds=res["diverged_seeds"],
+        )
+
+
+def _run(sweep, scheduler, workers, client, force, collect_after, on_start, on_result) -> Report:
+    manifest, todo = prepare(sweep, force)
+    by_hash = {e["hash"]: e for e in manifest["tasks"]}
+    skipped = len(sweep.tasks) - len(todo)
+    counts = {"done": 0, "diverged": 0}
+    failed: list[tuple[dict, str]] = []
+    folder = sweep.out
+    mpath = folder / MANIFEST
+    if todo:
+        token = uuid.uuid4().hex
+        (folder / TOKEN).write_text(token)
+        last_write = time.monotonic()
+        given = contextlib.nullcontext(client) if client is not None else None
+        with given or dask_client(scheduler, workers) as client:
+            if on_start is not None:
+                on_start(client, len(todo), len(sweep.tasks))
+            from distributed import as_completed
+
+            futures = {
+                client.submit(
+                    run_task,  # by reference: workers import headspec.apps.sweep.worker
+                    sweep.kind,
+                    t.config.model_dump_json(),
+                    str((folder / t.file).resolve()),
+                    token,
+                    key=f"headspec-{t.hash[:24]}",
+                    pure=False,
+                ): t
+                for t in todo
+            }
+            try:
+                for fut in as_completed(futures):
+                    t = futures[fut]
+                    try:
+                        res = fut.result()
+                    except Exception as e:  # KilledWorker after repeated crashes, lost worker
+                        res = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+                    fut.release()
+                    entry = by_hash[t.hash]
+                    _record(folder, t, entry, res)
+                    if entry["status"] == "failed":
+                        failed.append((t.params, entry["error"]))
+                    else:
+                        counts[entry["status"]] += 1
+                    if on_result is not None:
+                        on_result(t, entry)
+                    if time.monotonic() - last_write > 0.5:
+                        write_json_atomic(mpath, manifest)
+                        last_write = time.monotonic()
+            finally:
+                manifest["updated"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+                write_json_atomic(mpath, manifest)
+                (folder / TOKEN).unlink(missing_ok=True)
+                for tmp in (folder / "points").glob(".*.tmp"):  # of workers killed mid-write
+                    tmp.unlink(missing_ok=True)
+    out = None
+    if collect_after and any(e["status"] in ("done", "diverged") for e in manifest["tasks"]):
+        out = save_collected(collect(folder), folder / COLLECTED)
+    return Report(len(sweep.tasks), skipped, counts["done"], counts["diverged"], failed, out)

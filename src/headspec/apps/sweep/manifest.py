@@ -1,0 +1,143 @@
+"""The sweep folder's bookkeeping: ``manifest.json``, point file checksums, the folder lock.
+
+The manifest holds the spec, its hash, and per task its status, file checksum and error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from headspec.apps.sweep.errors import SweepError
+from headspec.apps.sweep.plan import SweepTask, config_hash
+from headspec.apps.sweep.spec import MODELS
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+
+
+def read_manifest(folder: str | Path) -> dict:
+    path = Path(folder) / MANIFEST
+    if not path.is_file():
+        raise SweepError(
+            f"{str(folder)!r} has no {MANIFEST}; fix: give the output folder of a headspec sweep"
+        )
+    try:
+        data = json.loads(path.read_text())
+        if data.get("manifest_version") != MANIFEST_VERSION or "tasks" not in data:
+            raise ValueError("not a headspec sweep manifest")
+    except (ValueError, UnicodeDecodeError) as e:
+        raise SweepError(
+            f"{path} is not a readable sweep manifest ({e}); fix: re-run the sweep with --force "
+            "(finished point files are kept and re-used)"
+        ) from None
+    return data
+
+
+def status_counts(manifest: dict) -> dict[str, int]:
+    """Number of tasks per status ("done", "diverged", "failed", "pending")."""
+    out: dict[str, int] = {}
+    for e in manifest["tasks"]:
+        out[e["status"]] = out.get(e["status"], 0) + 1
+    return out
+
+
+def spec_differences(old: dict, new: dict) -> list[str]:
+    """Human list of what changed between two :meth:`Sweep.record` dicts."""
+    diffs = []
+    for k in ("kind", "seeds", "seed", "seeds_per_task"):
+        if old.get(k) != new.get(k):
+            diffs.append(f"sweep.{k}: {old.get(k)!r} → {new.get(k)!r}")
+    oa = {a["key"]: a["values"] for a in old.get("axes", [])}
+    na = {a["key"]: a["values"] for a in new.get("axes", [])}
+    for k in oa.keys() - na.keys():
+        diffs.append(f"axis {k} removed (was {oa[k]})")
+    for k in na.keys() - oa.keys():
+        diffs.append(f"axis {k} added: {na[k]}")
+    for k in oa.keys() & na.keys():
+        if oa[k] != na[k]:
+            diffs.append(f"axis {k}: {oa[k]} → {na[k]}")
+    if list(oa) != list(na) and oa.keys() == na.keys():
+        diffs.append(f"axis order: {list(oa)} → {list(na)}")
+    fo, fn = _flatten(old.get("base", {})), _flatten(new.get("base", {}))
+    for k in sorted(fo.keys() | fn.keys()):
+        if fo.get(k) != fn.get(k):
+            diffs.append(f"base config {k}: {fo.get(k)!r} → {fn.get(k)!r}")
+    return diffs
+
+
+def _flatten(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+# ----------------------------------------------------------------------------- point files
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def task_is_intact(folder: Path, task: SweepTask, entry: dict | None) -> bool:
+    """A finished task's file is present and whole: its checksum matches the manifest's, or
+    (written but not yet recorded) it loads and its config hashes to the task's hash."""
+    from headspec.conventions import results
+
+    path = folder / task.file
+    if not path.is_file():
+        return False
+    if entry and entry.get("sha256") and entry.get("hash") == task.hash:
+        return _sha256(path) == entry["sha256"]
+    try:
+        ds = results.load(path)
+        cfg = MODELS[_kind_of(ds)].model_validate_json(ds.attrs["config_json"])
+    except Exception:
+        return False
+    return config_hash(_kind_of(ds), cfg) == task.hash
+
+
+def _kind_of(ds) -> str:
+    return "simulate" if ds.attrs["kind"] == "simulation" else "theory"
+
+
+def _file_status(path: Path) -> str:
+    """The status of a point file: "diverged" if some seed failed, else "done"."""
+    import xarray as xr
+
+    with xr.open_dataset(path, engine="h5netcdf") as ds:
+        return "diverged" if bool(np.asarray(ds.failed).any()) else "done"
+
+
+# ----------------------------------------------------------------------------- folder lock
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on ``folder/.lock`` for this process (released by the OS if it dies)."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        yield
+        return
+    with (folder / ".lock").open("a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SweepError(
+                f"another headspec sweep is running in {folder}; fix: wait for it to finish, or "
+                "give another output folder (--out)"
+            ) from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

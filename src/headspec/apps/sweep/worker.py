@@ -1,0 +1,79 @@
+"""The worker side of a sweep: :func:`run_task` runs one task in a Dask worker process.
+
+Dask pickles :func:`run_task` by reference: each worker imports it from this module
+(``headspec.apps.sweep.worker``), and its first call sets the worker process up.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+
+from headspec.apps.sweep.spec import MODELS
+
+TOKEN = ".token"  # a random string per run: a worker that reads it shares the driver's folder
+WORKER_ENV = {
+    # one worker per core, each single-threaded: no oversubscription of the cores
+    "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+_WORKER_READY = False
+
+
+def run_task(kind: str, config_json: str, target: str | None = None, token: str = "") -> dict:
+    """Run one task (on a worker): returns the status, the elapsed time and the dataset, or the
+    error of a point that raised. Never raises for an error of the point itself.
+
+    With ``target`` (the point file's path) and a worker that sees the sweep folder — its
+    ``.token`` file holds ``token`` — the worker writes the file itself (atomically) and returns
+    no dataset: the driver, which also runs the scheduler, then only records it.
+    """
+    global _WORKER_READY
+    if not _WORKER_READY:
+        _worker_setup()
+        _WORKER_READY = True
+    from headspec.conventions import results
+    from headspec.conventions.runs import simulate, solve
+
+    t0 = time.perf_counter()
+    try:
+        cfg = MODELS[kind].model_validate_json(config_json)
+        ds = simulate(cfg) if kind == "simulate" else solve(cfg)
+    except Exception as e:
+        return {
+            "status": "failed",
+            "error": f"{type(e).__name__}: {e}",
+            "traceback": traceback.format_exc(limit=20),
+            "elapsed_s": time.perf_counter() - t0,
+        }
+    failed = [int(s) for s, f in zip(ds.seed.values, ds.failed.values, strict=True) if f]
+    out = {
+        "status": "diverged" if failed else "done",
+        "diverged_seeds": failed,
+        "elapsed_s": time.perf_counter() - t0,
+    }
+    if target is not None and _same_folder(Path(target).parent.parent, token):
+        results.save(ds, target)
+        out["written"] = True
+    else:  # no shared file system: the driver writes it
+        out["dataset"] = ds
+    return out
+
+
+def _same_folder(folder: Path, token: str) -> bool:
+    """The worker sees the driver's sweep folder: its ``.token`` file holds this run's token."""
+    try:
+        return bool(token) and (folder / TOKEN).read_text() == token
+    except OSError:
+        return False
+
+
+def _worker_setup() -> None:
+    """Once per worker process: x64 (importing headspec) and the disk cache of compilations."""
+    import headspec  # noqa: F401  (switches on jax_enable_x64)
+    from headspec.conventions.provenance import enable_compilation_cache
+
+    enable_compilation_cache()

@@ -1,6 +1,0 @@
-"""Transitional alias (architecture redesign in progress): this module lives at headspec.core.latent."""
-
-import importlib
-import sys
-
-sys.modules[__name__] = importlib.import_module("headspec.core.latent")

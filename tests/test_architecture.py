@@ -1,0 +1,90 @@
+"""The layer contract of README "Architecture": core → dynamics → conventions → apps.
+
+`lint-imports` (import-linter, configured in pyproject.toml) enforces that each layer imports only
+layers below it; these tests check that the contract holds, that it really catches an upward
+import, that no module imports itself back through others (no cycles), and that no module grows
+past the size one person can read in one sitting.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "headspec"
+LINT = Path(sys.executable).with_name("lint-imports")
+
+
+def _lint(cwd: Path, pythonpath: Path) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(pythonpath), "HOME": str(cwd)}
+    return subprocess.run(
+        [str(LINT), "--config", str(ROOT / "pyproject.toml"), "--no-cache"],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_layer_contract_holds():
+    res = _lint(ROOT, ROOT / "src")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+    assert "0 broken" in res.stdout
+
+
+def test_layer_contract_catches_an_upward_import(tmp_path):
+    """A copy of the package with one deliberate upward import (core → apps) is refused."""
+    shutil.copytree(
+        SRC, tmp_path / "src" / "headspec", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    latent = tmp_path / "src" / "headspec" / "core" / "latent.py"
+    latent.write_text(latent.read_text() + "\nimport headspec.apps.cli  # deliberate: upward\n")
+    res = _lint(tmp_path, tmp_path / "src")
+    assert res.returncode != 0
+    assert "BROKEN" in res.stdout and "headspec.core.latent -> headspec.apps.cli" in res.stdout
+
+
+def _cycle(graph: grimp.ImportGraph) -> list[str] | None:
+    """One import cycle among headspec's modules (any import, function-local ones included)."""
+    modules = sorted(graph.modules)
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph.find_modules_directly_imported_by(m)):
+            if not n.startswith("headspec"):
+                continue
+            if state.get(n) == 1:
+                return [*stack[stack.index(n) :], n]
+            if n not in state and (found := visit(n)):
+                return found
+        stack.pop()
+        state[m] = 2
+        return None
+
+    for m in modules:
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def test_no_import_cycles():
+    graph = grimp.build_graph("headspec", cache_dir=None)
+    # a package's __init__ importing its own submodules is not a cycle of concerns: drop those
+    for m in list(graph.modules):
+        for n in list(graph.find_modules_directly_imported_by(m)):
+            if n.startswith(m + ".") or m.startswith(n + "."):
+                graph.remove_import(importer=m, imported=n)
+    cycle = _cycle(graph)
+    assert cycle is None, "import cycle: " + " → ".join(cycle)
+
+
+@pytest.mark.parametrize("path", sorted(SRC.rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))
+def test_modules_stay_readable(path):
+    """One concern per module: none over 500 lines (README "Architecture")."""
+    assert len(path.read_text().splitlines()) <= 500
