@@ -14,7 +14,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 
 def _check_html(folder):
     page = (folder / "index.html").read_text()
-    images = re.findall(r"<img src='([^']+)'", page)
+    images = re.findall(r"<img src=[\"']([^\"']+)[\"']", page)
     for src in images:
         data = (folder / src).read_bytes()
         assert data[:8] == PNG and len(data) > 1000, src

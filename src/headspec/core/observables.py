@@ -32,6 +32,7 @@ from headspec.core.attention import Activation, loss_projected
 from headspec.core.latent import LatentLaw
 from headspec.core.linalg import psd_root
 from headspec.core.precision import float64
+from headspec.core.stats import sample_mean_se
 
 Array = jax.Array
 
@@ -131,8 +132,7 @@ def population_risk(
     losses, by_atom = law.expect_by_atom(  # (n,), (J,)
         lambda th: _per_sample_losses(M, Q, b, activation, th, base), base.theta
     )
-    mean = losses.mean()
-    se = losses.std(ddof=1) / jnp.sqrt(base.n)
+    mean, se = sample_mean_se(losses)
     return RiskEstimate(mean, se, by_atom)
 
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from headspec.core.stats import mean_se
+
 
 def align_time(sim: xr.Dataset, theory: xr.Dataset) -> xr.Dataset:
     """The theory on the simulation's time grid (itself when the grids agree; else linear
@@ -64,7 +66,8 @@ def compare(sim: xr.Dataset, theory: xr.Dataset, until: float | None = None) -> 
         entry = {"max_dev": float(dev[k]), "t": float(t[window][k]), "relative": q == "risk"}
         if q == "risk":
             r = sim_sel.risk.values[:, window][:, k]
-            entry["sim_se"] = float(np.nanstd(r, ddof=1) / np.sqrt(r.size)) if r.size > 1 else 0.0
+            se = float(mean_se(r)[1])
+            entry["sim_se"] = se if np.isfinite(se) else 0.0
         out[q] = entry
     return out
 

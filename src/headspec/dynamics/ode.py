@@ -45,6 +45,7 @@ from headspec.core.observables import (
     token_projections,
 )
 from headspec.core.precision import float64
+from headspec.core.stats import sample_mean_se
 
 Array = jax.Array
 
@@ -145,9 +146,7 @@ def drift(
     if eta2:
         dQ_i = dQ_i + lr**2 * g_g
     per = (-lr * g_nu, dQ_i, -lr_b * g_sum, ell)
-    n = base.n
-    means = [x.mean(0) for x in per]
-    ses = [x.std(0, ddof=1) / jnp.sqrt(n) for x in per]
+    means, ses = zip(*(sample_mean_se(x) for x in per), strict=True)
     return Drift(*means, *ses)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from headspec.conventions import results
 from headspec.conventions.config import SimulateConfig, TheoryConfig, load_config, merge
+from headspec.core.stats import mean_se
 
 CONFIG_SECTIONS = ("task", "model", "train", "record", "theory")
 
@@ -102,11 +103,9 @@ def _fmt(x, digits=3):
 
 
 def _mean_se(x):
-    x = np.asarray(x, dtype=float)
-    x = x[np.isfinite(x)]
-    if x.size == 0:
-        return float("nan"), float("nan")
-    return float(x.mean()), float(x.std(ddof=1) / np.sqrt(x.size)) if x.size > 1 else 0.0
+    """Mean ± s.e. of the finite values (s.e. 0 for a single value: nothing to spread)."""
+    m, se = mean_se(np.ravel(x))
+    return float(m), float(se) if np.isfinite(se) or not np.isfinite(m) else 0.0
 
 
 def _first_crossing(t, x, level):

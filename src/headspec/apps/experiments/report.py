@@ -8,15 +8,14 @@ referenced by paths relative to the report folder.
 
 from __future__ import annotations
 
-import html
 import json
 import platform
 from pathlib import Path
 
 from markdown_it import MarkdownIt
-from markdown_it.renderer import RendererHTML
 
 from headspec.apps.experiments.base import Outcome
+from headspec.conventions.io import write_atomic
 
 _CSS = (
     "body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
@@ -58,8 +57,8 @@ def write_report(outcomes: list[Outcome], outdir: Path, scale: str, seconds: flo
         for name, c in o.configs.items():
             (cfgdir / f"{o.id}_{name}.json").write_text(json.dumps(c, indent=2))
     md = markdown(outcomes, environment(), scale, seconds)
-    (outdir / "index.md").write_text(md)
-    (outdir / "index.html").write_text(to_html(md))
+    write_atomic(outdir / "index.md", lambda tmp: tmp.write_text(md))
+    write_atomic(outdir / "index.html", lambda tmp: tmp.write_text(to_html(md)))
     return outdir / "index.html"
 
 
@@ -104,16 +103,7 @@ def markdown(outcomes: list[Outcome], env: dict, scale: str, seconds: float) -> 
     return "\n".join(md) + "\n"
 
 
-class _SingleQuoteRenderer(RendererHTML):
-    """markdown-it's HTML renderer with attributes in single quotes (``<img src='…'>``, as the
-    report's HTML always had; every quote in a value is escaped)."""
-
-    @staticmethod
-    def renderAttrs(token) -> str:
-        return "".join(f" {html.escape(k)}='{html.escape(str(v))}'" for k, v in token.attrItems())
-
-
 def to_html(md: str) -> str:
     """A Markdown report as a standalone HTML page."""
-    parser = MarkdownIt("commonmark", {"html": False}, renderer_cls=_SingleQuoteRenderer)
+    parser = MarkdownIt("commonmark", {"html": False})
     return _PAGE.format(css=_CSS, body=parser.enable("table").render(md))

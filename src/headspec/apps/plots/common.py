@@ -4,12 +4,13 @@ mean and standard error, legends."""
 from __future__ import annotations
 
 import json
-import warnings
 
 import matplotlib
 import numpy as np
 import xarray as xr
 from matplotlib.axes import Axes
+
+from headspec.core.stats import mean_se
 
 SIM_COLOR = "C0"
 THEORY_COLOR = "C1"
@@ -67,18 +68,13 @@ def _positive_t(ds: xr.Dataset) -> xr.Dataset:
 
 
 def _nanmean(x: np.ndarray, axis=0) -> np.ndarray:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns → NaN, quietly
-        return np.nanmean(x, axis=axis)
+    """Mean over ``axis`` of the finite values (NaN where there are none)."""
+    return mean_se(x, axis=axis)[0]
 
 
 def _sem(x: np.ndarray, axis=0) -> np.ndarray:
-    """Standard error of the mean over ``axis``, ignoring NaN (NaN where < 2 finite values)."""
-    n = np.sum(np.isfinite(x), axis=axis)
-    with warnings.catch_warnings(), np.errstate(invalid="ignore", divide="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        sd = np.nanstd(x, axis=axis, ddof=1)
-        return np.where(n >= 2, sd / np.sqrt(n), np.nan)
+    """Standard error of the mean over ``axis`` of the finite values (NaN where < 2)."""
+    return mean_se(x, axis=axis)[1]
 
 
 def _failed(ds: xr.Dataset) -> np.ndarray:

@@ -31,6 +31,7 @@ from headspec.core.attention import loss_finite, predict
 from headspec.core.latent import LatentLaw
 from headspec.core.observables import BaseSamples, Observation, population_risk
 from headspec.core.precision import float64
+from headspec.core.stats import sample_mean_se
 from headspec.core.task import Task, make_frame, sample_batch
 from headspec.dynamics.engines.base import Engine, SGDState
 
@@ -121,11 +122,10 @@ class FullEngine(Engine):
                 nan = jnp.full((), jnp.nan)
                 return M, Q, b64, r.mean, r.se, r.by_atom, nan, nan, jnp.full((J,), jnp.nan)
             losses = loss_finite(predict(K, b, tX, act), ty).astype(jnp.float64)  # (n,)
-            n = losses.shape[0]
             onehot = jax.nn.one_hot(tatom, J, dtype=jnp.float64)  # (n, J)
             by_atom = (onehot.T @ losses) / jnp.maximum(onehot.sum(0), 1.0)  # (J,)
-            se = losses.std(ddof=1) / jnp.sqrt(n)
-            return M, Q, b64, r.mean, r.se, r.by_atom, losses.mean(), se, by_atom
+            mean, se = sample_mean_se(losses)
+            return M, Q, b64, r.mean, r.se, r.by_atom, mean, se, by_atom
 
         tX, ty, ta = (None, None, None) if test is None else test
         in_axes = (0, 0, 0) + ((None, None, None) if test is None else (0, 0, 0))
