@@ -50,6 +50,25 @@ def check_output_path(path: Path | None) -> None:
         fail(f"the folder of output {str(path)!r} does not exist; fix: create it first")
 
 
+def load_or_fail(
+    model,
+    config: Path | None,
+    overrides: list[str],
+    out_path: Path | None,
+    base: dict | None = None,
+):
+    """The validated config, or exit 2 with its message; then refuse a bad output path — both
+    before any work."""
+    from headspec.conventions.config import ConfigError, load_config
+
+    try:
+        cfg = load_config(model, config, overrides, base=base)
+    except ConfigError as e:
+        fail(str(e))
+    check_output_path(out_path)
+    return cfg
+
+
 def _overrides(
     set_: list[str] | None,
     pairs: Iterable[tuple[str, object]],

@@ -22,15 +22,15 @@ from headspec.apps.cli.common import (
     SetOpt,
     _overrides,
     app,
-    check_output_path,
     counted,
     err,
     fail,
+    load_or_fail,
     out,
     progress_bar,
 )
 from headspec.apps.cli.figures import write_result_figures
-from headspec.conventions.config import BayesRunConfig, ConfigError, SimulateConfig, load_config
+from headspec.conventions.config import BayesRunConfig, SimulateConfig
 from headspec.conventions.io import write_json_atomic
 
 
@@ -81,11 +81,7 @@ def bayes(
         [("bayes.route", route)],
         latent=latent,
     )
-    try:
-        cfg = load_config(BayesRunConfig, config, overrides)
-    except ConfigError as e:
-        fail(str(e))
-    check_output_path(json_out)
+    cfg = load_or_fail(BayesRunConfig, config, overrides, json_out)
 
     from headspec.conventions.runs import run_bayes
 
@@ -167,11 +163,7 @@ def simulate(
         [("model.activation", activation), ("train.engine", engine)],
         latent=latent,
     )  # fmt: skip
-    try:
-        cfg = load_config(SimulateConfig, config, overrides)
-    except ConfigError as e:
-        fail(str(e))
-    check_output_path(out_path)
+    cfg = load_or_fail(SimulateConfig, config, overrides, out_path)
 
     from headspec.conventions.runs import divergence_message
     from headspec.conventions.runs import simulate as run_simulation
@@ -300,11 +292,7 @@ def theory(
         base = _base_from_simulation(init_from, seed)
     elif seed is not None:
         overrides.append(f"seed={seed}")
-    try:
-        cfg = load_config(TheoryConfig, config, overrides, base=base)
-    except ConfigError as e:
-        fail(str(e))
-    check_output_path(out_path)
+    cfg = load_or_fail(TheoryConfig, config, overrides, out_path, base=base)
 
     from headspec.conventions.runs import solve
 
