@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from headspec.conventions.io import write_atomic, write_json_atomic  # noqa: F401 (re-export)
+from headspec.conventions.io import write_atomic
 from headspec.conventions.provenance import run_metadata
 
 SCHEMA_VERSION = 1

@@ -200,6 +200,11 @@ def config_model(ds):
 
 
 @float64
+def law_of(ds):
+    """The latent law a result was made with (built from its recorded config)."""
+    return config_model(ds).task.latent.build()
+
+
 def prune_result(ds, seed_index: int = 0, t_index: int = -1, n: int = 16384, random_orders=8):
     """Greedy and random pruning paths of one seed of a result (its state at one time).
 

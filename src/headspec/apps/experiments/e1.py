@@ -6,6 +6,7 @@ import numpy as np
 
 from headspec.apps.experiments.base import Context, _fmt, _mean_se
 from headspec.conventions import results
+from headspec.conventions.runs import law_of
 from headspec.dynamics import analysis
 
 
@@ -19,9 +20,7 @@ def run(ctx: Context):
     t = sim.t.values
     Q = sim.Q.values
     together = analysis.unspecialised(Q, p["common_cos"])  # (S, T)
-    atoms = sim.atoms.values
-    probs = np.asarray(results.config_of(sim)["task"]["latent"]["probs"])
-    mean_dir = probs @ atoms
+    mean_dir = np.asarray(law_of(sim).mean())  # E[θ] of the law itself (any law, any probs)
     mean_dir = mean_dir / np.linalg.norm(mean_dir)
     along = (sim.cos.values @ mean_dir).min(-1)  # (S, T) worst head's cosine with K*E[θ]
     joint = together & (along >= 0.9)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from headspec.apps.experiments.base import Context, _first_crossing, _fmt, _mean_se
-from headspec.conventions import results
+from headspec.conventions.runs import law_of
 from headspec.dynamics import analysis
 
 
@@ -17,7 +17,7 @@ def run(ctx: Context):
     p = ctx.params
     th = ctx.theory("order", f"seeds={p['seeds']}")
     t = th.t.values
-    var = np.asarray(results.config_of(th)["task"]["latent"]["var"])
+    var = np.diag(np.asarray(law_of(th).cov()))  # Var θ_f of the law (given by var or cov)
     picks = []
     for f in range(th.sizes["feature"]):
         c = np.abs(th.cos.values[:, :, :, f]).max(-1)  # (S, T)

@@ -72,8 +72,11 @@ def _same_folder(folder: Path, token: str) -> bool:
 
 
 def _worker_setup() -> None:
-    """Once per worker process: x64 (importing headspec) and the disk cache of compilations."""
-    import headspec  # noqa: F401  (switches on jax_enable_x64)
+    """Once per worker process: JAX's 64-bit mode (a worker is a process of headspec's own, like
+    the command line; the runs choose float64 locally anyway) and the disk cache of compilations."""
+    import jax
+
     from headspec.conventions.provenance import enable_compilation_cache
 
+    jax.config.update("jax_enable_x64", True)
     enable_compilation_cache()
