@@ -1,0 +1,217 @@
+"""The drift's Jacobian where heads coincide: Price's theorem instead of a square root's derivative.
+
+The drift of SPEC §5 is an average over Gaussian token projections λ_l = M ν_l + ζ_l with
+ζ_l ~ N(0, C), C = Q − MMᵀ. :func:`headspec.dynamics.ode.drift_and_jacobian` differentiates the
+common-random-number estimator through ζ = C^{1/2} ξ, whose derivative is infinite where C is
+singular — exactly at the states saddle-to-saddle theory is about: identical heads (the common
+phase), keys inside span(K*) (one softmax head at its optimum, the constructed Bayes-softmax
+optimum). The exact drift is smooth there, and Price's theorem gives its derivative in C without
+a square root:
+
+    ∂/∂C E f(ζ) = ½ E ∇²f(ζ),   ζ ~ N(0, C)   (any C ⪰ 0),
+
+so with ψ the per-sample integrand of the drift as a function of λ (H, L), ν and b, and
+T = Σ_l E[∂²ψ/∂λ_il ∂λ_jl] (second derivatives within one token, summed over tokens):
+
+    ∂F/∂M_hf = E[Σ_l ∂ψ/∂λ_hl ν_lf] − Σ_j T_hj M_jf     (mean shift, and C = Q − MMᵀ)
+    ∂F/∂Q_ij = ½ T_ij                                    (Q_ij and Q_ji as separate coordinates)
+    ∂F/∂b_h  = E[∂ψ/∂b_h]
+
+All terms are averages over the same base samples (exact over a discrete law's atoms) and
+``jax`` derivatives of the per-sample loss; their Monte-Carlo standard errors are returned too.
+Both Jacobians estimate the same matrix where C is non-singular (tests compare them).
+
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> from headspec.core.latent import Spike
+    >>> from headspec.core.attention import Softmax
+    >>> from headspec.core.observables import BaseSamples
+    >>> from headspec.dynamics.ode import OrderParameters
+    >>> law = Spike([2.0])
+    >>> base = BaseSamples.sobol(0, law, L=10, H=1, n=4096)
+    >>> at_optimum = OrderParameters(M=jnp.array([[2.0]]), Q=jnp.array([[4.0]]), b=jnp.zeros(1))
+    >>> jac = drift_jacobian(at_optimum, Softmax(), law, base, eta2=False)   # C = 0: singular
+    >>> bool(jnp.all(jnp.isfinite(jac.J))), jac.J.shape
+    (True, (3, 3))
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from headspec.core.attention import Activation
+from headspec.core.latent import LatentLaw
+from headspec.core.linalg import psd_root
+from headspec.core.observables import BaseSamples, sample_loss, token_projections
+from headspec.core.precision import float64
+from headspec.core.stats import sample_mean_se
+from headspec.dynamics.ode import OrderParameters
+
+Array = jax.Array
+
+
+class Jacobian(NamedTuple):
+    """The drift F and ∂F/∂(M, Q, b) on the flat vector of :func:`headspec.dynamics.ode.flatten`
+    (M row-major, then all H² entries of Q, then b), with Monte-Carlo standard errors."""
+
+    F: Array  # (P,) drift, P = H·F + H² + H
+    J: Array  # (P, P)
+    F_se: Array  # (P,)
+    J_se: Array  # (P, P)
+    J_samples: Array | None = None  # (n, P, P) per-sample terms (``keep_samples=True``)
+
+
+def _integrand(lam, nu, b, activation, lr, lr_b, eta2):
+    """Per-sample drift ψ (P,) from λ (H, L), ν (L, F) and b (H,): the terms of SPEC §5."""
+    g = jax.grad(sample_loss)(lam + b[:, None], activation)  # (H, L) = ∂ℓ/∂s
+    gl = g @ lam.T  # (H, H) Σ_l g_l λ_lᵀ
+    dQ = -lr * (gl + gl.T)  # (H, H)
+    if eta2:
+        dQ = dQ + lr**2 * (g @ g.T)
+    dM = -lr * (g @ nu)  # (H, F)
+    db = -lr_b * g.sum(-1)  # (H,)
+    return jnp.concatenate([dM.ravel(), dQ.ravel(), db])  # (P,)
+
+
+def _sample_terms(lam, nu, b, activation, lr, lr_b, eta2):
+    """For one sample: ψ (P,), G = Σ_l ∂ψ/∂λ_l ν_lᵀ (P, H, F), T = Σ_l ∂²ψ/∂λ_l² (P, H, H) and
+    ∂ψ/∂b (P, H)."""
+
+    def psi(lam, b):
+        return _integrand(lam, nu, b, activation, lr, lr_b, eta2)
+
+    value = psi(lam, b)
+    J_lam, J_b = jax.jacfwd(psi, argnums=(0, 1))(lam, b)  # (P, H, L), (P, H)
+    G = jnp.einsum("phl,lf->phf", J_lam, nu)  # (P, H, F)
+
+    def token_hessian(l):  # ∂²ψ/∂λ_l² for token l only: (P, H, H)
+        return jax.jacfwd(jax.jacfwd(lambda x: psi(lam.at[:, l].set(x), b)))(lam[:, l])
+
+    T = jax.vmap(token_hessian)(jnp.arange(lam.shape[1])).sum(0)  # (P, H, H)
+    return value, G, T, J_b
+
+
+@float64
+def drift_jacobian(
+    state: OrderParameters,
+    activation: Activation,
+    law: LatentLaw,
+    base: BaseSamples,
+    lr: float = 1.0,
+    lr_b: float | None = None,
+    eta2: bool = True,
+    chunk: int = 1024,
+    keep_samples: bool = False,
+) -> Jacobian:
+    """The drift and its Jacobian by Price's theorem (finite at singular Q − MMᵀ; see module).
+
+    ``eta2=False`` drops the η² term (the η-linear part, the gradient-flow limit). Samples are
+    processed ``chunk`` at a time (memory ∝ chunk·P·H²). ``keep_samples`` keeps the per-sample
+    Jacobians, from which :func:`modes` gives each eigenvalue its standard error.
+    """
+    lr_b = lr if lr_b is None else lr_b
+    M, Q, b = (jnp.asarray(x, jnp.float64) for x in state)
+    H, F = M.shape
+    S = psd_root(Q - M @ M.T)  # (H, H): only to draw λ; never differentiated
+
+    def per_sample(theta):  # θ (n, F) → per-sample (ψ, G, T, ∂ψ/∂b), each with leading n
+        nu, lam = token_projections(M, S, theta, base)  # (n, L, F), (n, H, L)
+        fn = jax.vmap(lambda la, nu_: _sample_terms(la, nu_, b, activation, lr, lr_b, eta2))
+        n = nu.shape[0]
+        parts = [fn(lam[i : i + chunk], nu[i : i + chunk]) for i in range(0, n, chunk)]
+        return jax.tree.map(lambda *x: jnp.concatenate(x), *parts)
+
+    value, G, T, Jb = law.expect(per_sample, base.theta)  # (n, P), (n, P, H, F), …, (n, P, H)
+    P = value.shape[1]
+    J_M = G - jnp.einsum("nphj,jf->nphf", T, M)  # (n, P, H, F)
+    J = jnp.concatenate(
+        [J_M.reshape(-1, P, H * F), 0.5 * T.reshape(-1, P, H * H), Jb], axis=2
+    )  # (n, P, P)
+    F_mean, F_se = sample_mean_se(value)
+    J_mean, J_se = sample_mean_se(J)
+    return Jacobian(F_mean, J_mean, F_se, J_se, J if keep_samples else None)
+
+
+def symmetric_coordinates(H: int, F: int) -> tuple[np.ndarray, np.ndarray]:
+    """(E, R): E (P, p) embeds the independent coordinates u = (M, upper triangle of Q, b) into
+    the flat vector (Q_ij = Q_ji), R (p, P) reads them back; R J E is the Jacobian of the flow
+    on symmetric Q (no spurious modes from antisymmetric parts of Q)."""
+    P = H * F + H * H + H
+    iu = np.triu_indices(H)
+    p = H * F + len(iu[0]) + H
+    E = np.zeros((P, p))
+    R = np.zeros((p, P))
+    for k in range(H * F):
+        E[k, k] = R[k, k] = 1.0
+    for k, (i, j) in enumerate(zip(*iu, strict=True)):
+        E[H * F + i * H + j, H * F + k] = E[H * F + j * H + i, H * F + k] = 1.0
+        R[H * F + k, H * F + i * H + j] = 1.0
+    for k in range(H):
+        E[H * F + H * H + k, H * F + len(iu[0]) + k] = 1.0
+        R[H * F + len(iu[0]) + k, H * F + H * H + k] = 1.0
+    return E, R
+
+
+class Mode(NamedTuple):
+    """One eigenmode of the Jacobian on symmetric coordinates."""
+
+    eigenvalue: complex
+    vector: np.ndarray  # (P,) on the flat (M, Q, b) vector, unit norm
+    common: float  # fraction of |vector|² in the head-permutation-symmetric subspace
+    feature_weights: np.ndarray  # (F,) share of the M-part of the vector on each feature
+    zero: bool  # an exact zero mode (|eigenvalue| ≤ 1e-9·|J|): a symmetry, e.g. softmax's biases
+    se: float  # standard error of the eigenvalue's real part (delta method; NaN without samples)
+
+
+def _common_part(v: np.ndarray, H: int, F: int) -> np.ndarray:
+    """The head-permutation average of a flat (M, Q, b) vector: every head alike."""
+    M = v[: H * F].reshape(H, F)
+    Q = v[H * F : H * F + H * H].reshape(H, H)
+    b = v[H * F + H * H :]
+    off = ~np.eye(H, dtype=bool)
+    Qc = np.full((H, H), Q[off].mean() if H > 1 else 0.0)
+    np.fill_diagonal(Qc, np.diag(Q).mean())
+    return np.concatenate([np.tile(M.mean(0), H), Qc.ravel(), np.full(H, b.mean())])
+
+
+def modes(jac: Jacobian, H: int, F: int) -> list[Mode]:
+    """Eigenmodes of the Jacobian on symmetric coordinates, largest real part first, each
+    described by its share in the common (all heads alike) subspace — the rest is made of
+    head-difference directions — and by the features its M-part moves. Exact zero modes come
+    from symmetries of the drift (a softmax head's bias has no effect; a common shift of all
+    Bayes-softmax biases changes nothing): they are flagged ``zero``, not counted as unstable."""
+    from scipy.linalg import eig
+
+    E, R = symmetric_coordinates(H, F)
+    Js = R @ np.asarray(jac.J) @ E
+    w, U, V = eig(Js, left=True, right=True)  # U: left eigenvectors (uᴴ Js = λ uᴴ)
+    tiny = 1e-9 * max(1.0, float(np.linalg.norm(Js)))
+    samples = None if jac.J_samples is None else np.asarray(jac.J_samples)
+    out = []
+    for k in np.argsort(-w.real):
+        v = E @ np.real_if_close(V[:, k])
+        v = np.real(v) if np.iscomplexobj(v) else v
+        v = v / max(np.linalg.norm(v), 1e-300)
+        c = _common_part(v, H, F)
+        m = v[: H * F].reshape(H, F)
+        fw = (m**2).sum(0)
+        se = float("nan")
+        if samples is not None:  # δλ = uᴴ δJ v / (uᴴ v) per sample, then its standard error
+            u, vk = U[:, k], V[:, k]
+            per = np.einsum("i,nij,j->n", u.conj(), R @ samples @ E, vk) / (u.conj() @ vk)
+            se = float(np.std(per.real, ddof=1) / np.sqrt(per.size))
+        out.append(
+            Mode(
+                eigenvalue=complex(w[k]),
+                vector=v,
+                common=float(c @ c),
+                feature_weights=fw / fw.sum() if fw.sum() > 0 else fw,
+                zero=bool(abs(w[k]) <= tiny),
+                se=se,
+            )
+        )
+    return out
