@@ -2,8 +2,8 @@
 saddle-to-saddle theory: it agrees with the derivative of the common-random-number drift where
 both exist, and it stays finite where heads coincide or keys lie in span(K*), so the classic fixed
 points can be classified: one softmax head at its optimum and the constructed Bayes-softmax
-optimum are stable (no unstable mode), the common state of two softmax heads in E1 is a saddle
-whose unstable mode separates the heads.
+optimum are stable (no unstable mode); tests/test_fixed_points.py shows the common phase of E1
+to be a saddle whose unstable mode separates the heads.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from headspec.conventions.config import TheoryConfig, load_config
-from headspec.conventions.runs import solve
 from headspec.core.attention import BayesSoftmax, Softmax, Softmax1
 from headspec.core.latent import Discrete, Spike
 from headspec.core.observables import BaseSamples
@@ -97,23 +95,3 @@ def test_constructed_bayes_softmax_optimum_is_a_stable_fixed_point():
     b_part = zero[0].vector[-3:]
     assert np.allclose(b_part, b_part[0]) and abs(b_part[0]) > 0.5  # all biases shift together
     assert not _unstable(jac, 3, 2)
-
-
-def test_e1_common_state_is_a_saddle_that_separates_the_heads():
-    """Two softmax heads on E1's law (atoms 3e₁, 3e₂, p = 0.7, 0.3) started identical stay
-    identical under the ODE (head-cyclic samples) and sit in the common phase at t ≈ 12. There
-    the Jacobian has a clearly positive eigenvalue (> 5× its standard error) whose mode has no
-    common part: the instability separates the heads; any growing common mode is absent."""
-    law_s = 'task.latent={kind="discrete", atoms=[[3.0, 0.0], [0.0, 3.0]], probs=[0.7, 0.3]}'
-    cfg = load_config(TheoryConfig, overrides=[
-        law_s, "model.H=2", "train.T=12", 'theory.init={kind="symmetric"}', "theory.n=2048",
-        "record.points=4", "record.n_mc=256"])  # fmt: skip
-    s = solve(cfg).isel(seed=0, t=-1)
-    st = OrderParameters(*(jnp.asarray(s[v].values) for v in ("M", "Q", "b")))
-    assert np.allclose(st.M[0], st.M[1]) and abs(float(st.Q[0, 1] / st.Q[0, 0]) - 1) < 0.01
-    law = Discrete([[3.0, 0.0], [0.0, 3.0]], [0.7, 0.3])
-    base = BaseSamples.sobol(0, law, 10, 2, 2**12)
-    jac = drift_jacobian(st, Softmax(), law, base, keep_samples=True)
-    unstable = _unstable(jac, 2, 2, sigma=5.0)
-    assert unstable, [m.eigenvalue for m in modes(jac, 2, 2)]
-    assert all(m.common < 0.05 for m in unstable), [(m.eigenvalue, m.common) for m in unstable]

@@ -65,8 +65,9 @@ class Jacobian(NamedTuple):
     J_samples: Array | None = None  # (n, P, P) per-sample terms (``keep_samples=True``)
 
 
-def _integrand(lam, nu, b, activation, lr, lr_b, eta2):
-    """Per-sample drift ψ (P,) from λ (H, L), ν (L, F) and b (H,): the terms of SPEC §5."""
+def drift_integrand(lam, nu, b, activation, lr, lr_b, eta2):
+    """Per-sample drift ψ (P,) from λ (H, L), ν (L, F) and b (H,): the integrand of SPEC §5's
+    dM, dQ, db (flat as :func:`headspec.dynamics.ode.flatten`), with g = ∂ℓ/∂s by ``jax.grad``."""
     g = jax.grad(sample_loss)(lam + b[:, None], activation)  # (H, L) = ∂ℓ/∂s
     gl = g @ lam.T  # (H, H) Σ_l g_l λ_lᵀ
     dQ = -lr * (gl + gl.T)  # (H, H)
@@ -82,7 +83,7 @@ def _sample_terms(lam, nu, b, activation, lr, lr_b, eta2):
     ∂ψ/∂b (P, H)."""
 
     def psi(lam, b):
-        return _integrand(lam, nu, b, activation, lr, lr_b, eta2)
+        return drift_integrand(lam, nu, b, activation, lr, lr_b, eta2)
 
     value = psi(lam, b)
     J_lam, J_b = jax.jacfwd(psi, argnums=(0, 1))(lam, b)  # (P, H, L), (P, H)

@@ -1,0 +1,219 @@
+"""Fixed points of the order-parameter ODE with groups of identical heads (SPEC §5).
+
+Heads that form groups of identical heads (a partition of H such as 4, 2+2, 3+1) stay identical
+under the exact ODE, so such states are described by one representative per group. This module
+finds zeros of the drift in that reduced space — the common phase (one group), uneven splits —
+by least squares with optimistix (Levenberg–Marquardt), starting from a guess or a state taken
+from a trajectory ("polishing").
+
+Parametrisation. A representative key is k_g = Σ_f M_gf u_f + Σ_j W_gj w_j (u_f the feature
+directions, w_j orthonormal directions outside span(K*)), W lower-triangular (G × G), so
+Q = MMᵀ + WWᵀ and the head projections are λ_g = M_g·ν + W_g·ξ: the drift is smooth in (M, W, b)
+everywhere, also where Q − MMᵀ is singular (keys in span(K*), which a square root of Q − MMᵀ
+could not differentiate). The residual is the reduced drift (dM, upper triangle of dQ, db) of
+SPEC §5, averaged over the base samples (exact over a discrete law's atoms); the scores of the H
+heads are the representatives' scores repeated over their groups.
+
+What is not a fixed point: with softmax a head's bias has no effect and key norms can keep
+growing slowly while directions settle. Least squares then ends at a *quasi-fixed point*, the
+state of locally smallest drift; :class:`FixedPoint` reports the largest drift entry against
+its Monte-Carlo standard error, so the caller can tell a fixed point (drift within a few s.e.)
+from a quasi-fixed one.
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> from headspec.core.latent import Spike
+    >>> from headspec.core.attention import Softmax
+    >>> from headspec.core.observables import BaseSamples
+    >>> law = Spike([2.0])
+    >>> base = BaseSamples.sobol(0, law, L=10, H=1, n=4096)
+    >>> guess = OrderParameters(M=jnp.array([[1.5]]), Q=jnp.array([[2.5]]), b=jnp.zeros(1))
+    >>> fp = find_fixed_point(guess, (1,), Softmax(), law, base, eta2=False)
+    >>> round(float(fp.state.M[0, 0]), 1), fp.is_fixed                 # k = K*a (SPEC §6)
+    (2.0, True)
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from headspec.core.attention import Activation
+from headspec.core.latent import LatentLaw
+from headspec.core.observables import BaseSamples, population_risk
+from headspec.core.precision import float64
+from headspec.core.stats import sample_mean_se
+from headspec.dynamics.jacobian import drift_integrand
+from headspec.dynamics.ode import OrderParameters
+
+Array = jax.Array
+
+
+def group_index(sizes: tuple[int, ...]) -> np.ndarray:
+    """Group of each head (H,) for group sizes such as (3, 1)."""
+    if not sizes or any(int(s) < 1 for s in sizes):
+        raise ValueError(f"group sizes must be positive integers, got {sizes}")
+    return np.repeat(np.arange(len(sizes)), sizes)
+
+
+def representatives(sizes: tuple[int, ...]) -> np.ndarray:
+    """The first head of each group (G,)."""
+    return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
+
+
+def expand(state: OrderParameters, sizes: tuple[int, ...]) -> OrderParameters:
+    """A reduced state (one head per group) as the full state of H heads."""
+    idx = group_index(sizes)
+    M, Q, b = (jnp.asarray(x) for x in state)
+    return OrderParameters(M[idx], Q[idx][:, idx], b[idx])
+
+
+def reduce(state: OrderParameters, sizes: tuple[int, ...]) -> OrderParameters:
+    """The representatives of a full state whose heads are grouped by ``sizes``."""
+    r = representatives(sizes)
+    M, Q, b = (jnp.asarray(x) for x in state)
+    return OrderParameters(M[r], Q[r][:, r], b[r])
+
+
+def _pack(M, W, b):
+    iu = jnp.tril_indices(W.shape[0])
+    return jnp.concatenate([M.ravel(), W[iu], b])
+
+
+def _unpack(x, G, F):
+    M = x[: G * F].reshape(G, F)
+    n_w = G * (G + 1) // 2
+    W = jnp.zeros((G, G), x.dtype).at[jnp.tril_indices(G)].set(x[G * F : G * F + n_w])
+    return M, W, x[G * F + n_w :]
+
+
+def _factor(state: OrderParameters) -> Array:
+    """W lower-triangular with WWᵀ = Q − MMᵀ (eigen-clipped, then a QR to make it triangular)."""
+    from headspec.core.linalg import psd_root
+
+    S = psd_root(state.Q - state.M @ state.M.T)  # (G, G), S Sᵀ = C
+    _, R = jnp.linalg.qr(S.T)  # S = Rᵀ Qᵀ: Rᵀ is lower-triangular with Rᵀ R = S Sᵀ
+    return R.T
+
+
+def _reduced_terms(x, sizes, G, F, activation, law, base, lr, lr_b, eta2):
+    """Per-sample reduced drift (n, p) at packed x: (dM, upper triangle of dQ, db) of the
+    representatives, with the H heads' scores repeated over groups."""
+    M, W, b = _unpack(x, G, F)
+    idx, rep = group_index(sizes), representatives(sizes)
+    iu = np.triu_indices(G)
+    L = base.nu.shape[1]
+    hot = jax.nn.one_hot(0, L, dtype=base.nu.dtype)[None, :, None]  # hidden token at l = 0
+
+    def per_theta(theta):  # θ (n, F) → (n, p)
+        nu = base.nu + hot * theta[:, None, :]  # (n, L, F)
+        lam = jnp.einsum("nlf,gf->ngl", nu, M) + jnp.einsum("nlk,gk->ngl", base.xi[..., :G], W)
+
+        def one(lam_g, nu_):  # (G, L), (L, F)
+            psi = drift_integrand(lam_g[idx], nu_, b[idx], activation, lr, lr_b, eta2)
+            H = len(idx)
+            dM = psi[: H * F].reshape(H, F)[rep]  # (G, F)
+            dQ = psi[H * F : H * F + H * H].reshape(H, H)[rep][:, rep]  # (G, G)
+            db = psi[H * F + H * H :][rep]  # (G,)
+            return jnp.concatenate([dM.ravel(), dQ[iu], db])
+
+        return jax.vmap(one)(lam, nu)
+
+    return law.expect(per_theta, base.theta)  # (n, p)
+
+
+class FixedPoint(NamedTuple):
+    """A (quasi-)fixed point of the ODE with groups of identical heads."""
+
+    state: OrderParameters  # the full state (H heads)
+    sizes: tuple[int, ...]  # group sizes
+    drift: Array  # (p,) reduced drift (dM, upper triangle of dQ, db) at the state
+    drift_se: Array  # (p,) its Monte-Carlo standard errors
+    risk: float  # D → ∞ risk of the state on the drift's base samples
+    steps: int  # least-squares iterations
+    converged: bool  # the solver met its tolerance
+
+    @property
+    def max_z(self) -> float:
+        """Largest |drift| / s.e. over the entries (where s.e. > 0)."""
+        d, s = np.abs(np.asarray(self.drift)), np.asarray(self.drift_se)
+        z = np.where(s > 0, d / np.where(s > 0, s, 1.0), np.where(d > 1e-12, np.inf, 0.0))
+        return float(z.max())
+
+    @property
+    def is_fixed(self) -> bool:
+        """Drift within 3 standard errors in every entry (else: a quasi-fixed point)."""
+        return self.max_z <= 3.0
+
+
+@float64
+def find_fixed_point(
+    guess: OrderParameters,
+    sizes: tuple[int, ...],
+    activation: Activation,
+    law: LatentLaw,
+    base: BaseSamples,
+    lr: float = 1.0,
+    lr_b: float | None = None,
+    eta2: bool = True,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    max_steps: int = 256,
+) -> FixedPoint:
+    """Least-squares zero of the reduced drift near ``guess``.
+
+    ``guess`` is either a reduced state (one head per group, G heads) or a full state of
+    H = sum(sizes) heads whose representatives are taken. ``eta2=False``: the η-linear drift
+    (gradient flow). Uses optimistix's Levenberg–Marquardt (robust to the zero modes of
+    softmax's biases); the result says whether the drift vanished within its standard errors.
+    """
+    import optimistix as optx
+
+    sizes = tuple(int(s) for s in sizes)
+    G, H = len(sizes), sum(sizes)
+    lr_b = lr if lr_b is None else lr_b
+    guess = OrderParameters(*(jnp.asarray(x, jnp.float64) for x in guess))
+    if guess.M.shape[0] == H and H != G:
+        guess = reduce(guess, sizes)
+    if guess.M.shape[0] != G:
+        raise ValueError(f"guess has {guess.M.shape[0]} heads; sizes {sizes} need {G} or {H}")
+    F = guess.M.shape[1]
+    x0 = _pack(guess.M, _factor(guess), guess.b)
+
+    def terms(x):
+        return _reduced_terms(x, sizes, G, F, activation, law, base, lr, lr_b, eta2)
+
+    sol = optx.least_squares(
+        lambda x, _: terms(x).mean(0),
+        optx.LevenbergMarquardt(rtol=rtol, atol=atol),
+        x0,
+        max_steps=max_steps,
+        throw=False,
+    )
+    M, W, b = _unpack(sol.value, G, F)
+    red = OrderParameters(M, M @ M.T + W @ W.T, b)
+    mean, se = sample_mean_se(terms(sol.value))
+    full = expand(red, sizes)
+    r = population_risk(*full, activation, law, base_for_heads(base, H))
+    return FixedPoint(
+        state=full,
+        sizes=sizes,
+        drift=mean,
+        drift_se=se,
+        risk=float(r.mean),
+        steps=int(sol.stats["num_steps"]),
+        converged=bool(sol.result == optx.RESULTS.successful),
+    )
+
+
+def base_for_heads(base: BaseSamples, H: int) -> BaseSamples:
+    """Base samples with (at least) H head columns: the given ones, repeated if needed (identical
+    heads of a group share their projections anyway)."""
+    k = base.xi.shape[-1]
+    if k >= H:
+        return base
+    reps = -(-H // k)
+    return BaseSamples(nu=base.nu, xi=jnp.tile(base.xi, (1, 1, reps))[..., :H], theta=base.theta)

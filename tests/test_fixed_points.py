@@ -1,0 +1,100 @@
+"""Fixed points of the ODE with groups of identical heads (headspec.dynamics.fixed_points):
+the reduced drift is the full drift, the classic optima are found from a guess, and the common
+phase of E1 is a fixed point (not only a quasi-fixed one) and a saddle that separates the heads.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from headspec.conventions.config import TheoryConfig, load_config
+from headspec.conventions.runs import solve
+from headspec.core.attention import BayesSoftmax, Softmax, Softmax1
+from headspec.core.latent import Discrete, Spike
+from headspec.core.observables import BaseSamples
+from headspec.dynamics.bayes import constructed_bayes_softmax
+from headspec.dynamics.fixed_points import (
+    _factor,
+    _pack,
+    _reduced_terms,
+    expand,
+    find_fixed_point,
+    reduce,
+)
+from headspec.dynamics.jacobian import drift_jacobian, modes
+from headspec.dynamics.ode import OrderParameters, drift
+
+
+def test_expand_and_reduce_are_inverse():
+    red = OrderParameters(jnp.array([[1.0, 0.0], [0.0, 2.0]]), jnp.array([[2.0, 0.5], [0.5, 5.0]]),
+                          jnp.array([0.1, -0.1]))  # fmt: skip
+    full = expand(red, (3, 1))
+    assert full.M.shape == (4, 2) and np.allclose(full.Q[:3, :3], 2.0)
+    assert all(np.array_equal(a, b) for a, b in zip(reduce(full, (3, 1)), red, strict=True))
+
+
+def test_reduced_drift_with_single_heads_is_the_full_drift():
+    """With every head its own group the reduced drift is SPEC §5's drift: the two estimates
+    (keys factored as MMᵀ + WWᵀ with W triangular vs the symmetric root) agree within 4 s.e."""
+    law = Discrete([[2.0, 0.0], [0.0, 2.0]], [0.6, 0.4])
+    base = BaseSamples.sobol(0, law, 10, 2, 2**12)
+    M, Q = jnp.array([[0.5, 0.2], [0.1, 0.6]]), jnp.array([[0.6, 0.1], [0.1, 0.7]])
+    st = OrderParameters(M=M, Q=Q, b=jnp.array([0.1, -0.2]))
+    x = _pack(st.M, _factor(st), st.b)
+    red = _reduced_terms(x, (1, 1), 2, 2, Softmax1(), law, base, 1.0, 1.0, True).mean(0)
+    d = drift(st, Softmax1(), law, base)
+    iu = np.triu_indices(2)
+    full = np.concatenate([np.ravel(d.dM), np.asarray(d.dQ)[iu], np.ravel(d.db)])
+    se = np.concatenate([np.ravel(d.dM_se), np.asarray(d.dQ_se)[iu], np.ravel(d.db_se)])
+    assert np.all(np.abs(red - full) <= 4 * se + 1e-12), (red - full) / se
+
+
+def test_one_softmax_head_finds_its_optimum():
+    """From k = 0.75 K*a plus an orthogonal part, gradient flow's fixed point is k = K*a (SPEC
+    §6: Bayes-optimal), keys inside span(K*); found by least squares, drift within 3 s.e."""
+    law = Spike([2.0])
+    base = BaseSamples.sobol(0, law, 10, 1, 2**12)
+    guess = OrderParameters(M=jnp.array([[1.5]]), Q=jnp.array([[2.5]]), b=jnp.zeros(1))
+    fp = find_fixed_point(guess, (1,), Softmax(), law, base, eta2=False)
+    assert fp.converged and fp.is_fixed
+    assert abs(float(fp.state.M[0, 0]) - 2.0) < 0.05
+    assert abs(float(fp.state.Q[0, 0] - fp.state.M[0, 0] ** 2)) < 0.05  # no orthogonal part
+
+
+def test_constructed_bayes_softmax_optimum_is_found_again():
+    """From the constructed Bayes-softmax optimum of two atoms, moved by 0.3 in M and Q, least
+    squares returns to a fixed point of gradient flow with the optimum's keys and its risk R_B
+    on the same samples (within 3 s.e.; the biases keep their zero mode, a common shift)."""
+    law = Discrete([[2.0, 0.0], [0.0, 2.0]], [0.6, 0.4])
+    h = constructed_bayes_softmax(law)
+    base = BaseSamples.sobol(0, law, 10, 2, 2**12)
+    guess = OrderParameters(h.M + 0.3, h.Q + 0.3 * jnp.eye(2), h.b)
+    fp = find_fixed_point(guess, (1, 1), BayesSoftmax(), law, base, eta2=False)
+    assert fp.is_fixed
+    assert np.allclose(fp.state.M, h.M, atol=0.05), fp.state.M
+    from headspec.core.observables import population_risk
+
+    opt = population_risk(h.M, h.Q, h.b, BayesSoftmax(), law, base)
+    assert abs(fp.risk - float(opt.mean)) < 3 * float(opt.se)  # same samples: R_B again
+
+
+def test_e1_common_phase_is_a_fixed_point_and_a_saddle():
+    """Two softmax heads on E1's law (atoms 3e₁, 3e₂, p = 0.7, 0.3), η = 1: the symmetric ODE's
+    state at t = 12, polished with both heads in one group, is a true fixed point of the full
+    drift (within 3 s.e.) below the trajectory's risk there; its Jacobian (Price) has an unstable
+    mode (> 5 s.e.) that is purely head-difference — the saddle the heads leave to specialise."""
+    law_s = 'task.latent={kind="discrete", atoms=[[3.0, 0.0], [0.0, 3.0]], probs=[0.7, 0.3]}'
+    cfg = load_config(TheoryConfig, overrides=[
+        law_s, "model.H=2", "train.T=12", 'theory.init={kind="symmetric"}', "theory.n=2048",
+        "record.points=4", "record.n_mc=256"])  # fmt: skip
+    s = solve(cfg).isel(seed=0, t=-1)
+    guess = OrderParameters(*(jnp.asarray(s[v].values) for v in ("M", "Q", "b")))
+    law = Discrete([[3.0, 0.0], [0.0, 3.0]], [0.7, 0.3])
+    base = BaseSamples.sobol(0, law, 10, 2, 2**12)
+    fp = find_fixed_point(guess, (2,), Softmax(), law, base)
+    assert fp.converged and fp.is_fixed, fp.max_z
+    assert fp.risk < float(s.risk)
+    jac = drift_jacobian(fp.state, Softmax(), law, base, keep_samples=True)
+    unstable = [m for m in modes(jac, 2, 2) if not m.zero and m.eigenvalue.real > 5 * m.se]
+    assert unstable and all(m.common < 0.05 for m in unstable)
