@@ -43,6 +43,7 @@ import numpy as np
 
 from headspec.core.attention import Activation
 from headspec.core.latent import LatentLaw
+from headspec.core.linalg import psd_root
 from headspec.core.observables import BaseSamples, population_risk
 from headspec.core.precision import float64
 from headspec.core.stats import sample_mean_se
@@ -92,8 +93,6 @@ def _unpack(x, G, F):
 
 def _factor(state: OrderParameters) -> Array:
     """W lower-triangular with WWᵀ = Q − MMᵀ (eigen-clipped, then a QR to make it triangular)."""
-    from headspec.core.linalg import psd_root
-
     S = psd_root(state.Q - state.M @ state.M.T)  # (G, G), S Sᵀ = C
     _, R = jnp.linalg.qr(S.T)  # S = Rᵀ Qᵀ: Rᵀ is lower-triangular with Rᵀ R = S Sᵀ
     return R.T
