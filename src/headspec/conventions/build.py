@@ -55,7 +55,7 @@ def engine(cfg, schedule_fn: Callable | None = None) -> Engine:
     """The SGD engine of a :class:`~headspec.conventions.config.SimulateConfig`
     (``schedule_fn``, a hashable pure function of t, replaces the config's schedule)."""
     lr, lr_b = learning_rates(cfg.train)
-    kw = dict(
+    return ENGINES[cfg.train.engine](
         law=cfg.task.latent.build(),
         activation=activation(cfg.model),
         L=cfg.task.L,
@@ -67,7 +67,6 @@ def engine(cfg, schedule_fn: Callable | None = None) -> Engine:
         schedule=schedule_fn or schedule(cfg.train.schedule),
         frame_kind=cfg.task.frame,
     )
-    return ENGINES[cfg.train.engine](**kw)
 
 
 def mc_key(mc_seed: int) -> Array:

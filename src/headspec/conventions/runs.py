@@ -80,7 +80,7 @@ def solve(cfg, progress: Callable[[float, float], None] | None = None, schedule=
     """
     law = cfg.task.latent.build()
     H, L = cfg.model.H, cfg.task.L
-    lr, lr_b = cfg.train.lr, cfg.train.lr if cfg.train.lr_b is None else cfg.train.lr_b
+    lr, lr_b = build.learning_rates(cfg.train)
     init = build.initial_state(cfg)
     base = build.drift_base(cfg.theory, law, L, H)
     if init.symmetric:

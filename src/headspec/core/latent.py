@@ -46,11 +46,6 @@ class LatentLaw(eqx.Module):
     def F(self) -> int:
         """Number of latent features (dimension of θ)."""
 
-    @property
-    def is_discrete(self) -> bool:
-        """True when the law has finitely many atoms (then :attr:`atoms`, :attr:`probs` exist)."""
-        return False
-
     @abc.abstractmethod
     def sample(self, key: Array, shape: tuple[int, ...] = ()) -> Array:
         """Draw θ with shape ``shape + (F,)``."""
@@ -143,10 +138,6 @@ class Discrete(LatentLaw):
     def J(self) -> int:
         """Number of atoms."""
         return self.atoms.shape[0]
-
-    @property
-    def is_discrete(self) -> bool:
-        return True
 
     @float64
     def sample(self, key, shape=()):
