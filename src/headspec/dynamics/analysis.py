@@ -184,3 +184,77 @@ def plateaus(
             out.append({"t_start": t[k], "t_end": t[j + 1], "level": float(r[k : j + 2].mean())})
         k = j + 1
     return out
+
+
+def slow_stretches(
+    t: np.ndarray, risk: np.ndarray, rel: float = 2.0, dip: float = 0.6, drop: float = 0.05
+) -> list[dict]:
+    """Where a risk curve slows down between drops: candidate saddles of a trajectory.
+
+    With s the risk's slope per decade of t on each grid interval (t > 0; a running mean over 3
+    intervals against noise), a slow stretch is centred on an interval whose slope is a local
+    minimum and at most ``dip`` times the largest slope both before and after it, where those
+    largest slopes are real drops (≥ ``drop`` times the curve's steepest); two candidates count
+    as one unless a drop at least 1/``dip`` times steeper than both separates them (the flatter
+    is kept). The stretch extends over the neighbouring intervals with slope ≤ ``rel`` times its
+    minimum. The flat start of a curve on a log axis (s → 0 as t → 0) is never a candidate; the
+    end of the run is, when the slope is not rising there and the last three intervals' mean
+    slope is at most ``dip`` times the last drop's. Returns ``[{"t_start", "t_end", "t_mid",
+    "index", "level", "slope"}]`` in time order: ``index`` is the grid point (of the given
+    arrays) where the slope is smallest, ``t_mid`` its time, ``level`` the mean risk over the
+    stretch, ``slope`` its slope per decade.
+
+    Unlike :func:`plateaus` (flat by an absolute slope), this finds plateaus of any height,
+    e.g. the common phase of E1 at D = 100 where the risk still creeps down by 1 % per decade.
+    """
+    t = np.asarray(t, dtype=float)
+    r = np.asarray(risk, dtype=float)
+    idx = np.flatnonzero((t > 0) & np.isfinite(r))
+    if idx.size < 5:
+        return []
+    lt, rr = np.log10(t[idx]), r[idx]
+    raw = np.abs(np.diff(rr) / np.diff(lt))  # (n,) slope per decade on each interval
+    s = np.convolve(np.pad(raw, 1, mode="edge"), np.ones(3) / 3, mode="valid")  # (n,)
+    n = s.size
+    big = drop * s.max()
+    cands = [
+        k
+        for k in range(1, n - 1)
+        if s[k] <= s[k - 1] and s[k] < s[k + 1]
+        and big <= min(s[:k].max(), s[k + 1 :].max())
+        and s[k] <= dip * min(s[:k].max(), s[k + 1 :].max())
+    ]  # fmt: skip
+    tail = s[-3:].mean()
+    falling = s[-1] <= s[-3]
+    if n >= 4 and falling and s[: n - 3].max() >= big and tail <= dip * s[: n - 3].max():
+        cands.append(n - 1)
+    kept: list[int] = []
+    for k in cands:
+        if kept:
+            j = kept[-1]
+            between = s[j + 1 : k].max() if k > j + 1 else 0.0
+            level = tail if k == n - 1 else s[k]
+            if between < max(big, max(s[j], level) / dip):  # no real drop: one stretch
+                if level < s[j]:
+                    kept[-1] = k
+                continue
+        kept.append(k)
+    out = []
+    for k in kept:
+        floor = tail if k == n - 1 else s[k]
+        lo, hi = k, k
+        while lo > 0 and s[lo - 1] <= rel * floor:
+            lo -= 1
+        while hi < n - 1 and s[hi + 1] <= rel * floor:
+            hi += 1
+        # the grid point inside the flattest interval whose other neighbour is flatter too
+        j = k + 1 if k == n - 1 or s[k - 1] >= s[k + 1] else k
+        out.append({
+            "t_start": float(t[idx[lo]]),
+            "t_end": float(t[idx[hi + 1]]),
+            "t_mid": float(t[idx[j]]),
+            "index": int(idx[j]),
+            "level": float(rr[lo : hi + 2].mean()),
+            "slope": float(floor),
+        })  # fmt: skip
+    return out

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -96,6 +97,12 @@ def _sample_terms(lam, nu, b, activation, lr, lr_b, eta2):
     return value, G, T, J_b
 
 
+@eqx.filter_jit
+def _chunk_terms(lam, nu, b, activation, lr, lr_b, eta2):
+    """:func:`_sample_terms` over a chunk of samples, compiled once per shape and setting."""
+    return jax.vmap(lambda la, nu_: _sample_terms(la, nu_, b, activation, lr, lr_b, eta2))(lam, nu)
+
+
 @float64
 def drift_jacobian(
     state: OrderParameters,
@@ -121,9 +128,11 @@ def drift_jacobian(
 
     def per_sample(theta):  # θ (n, F) → per-sample (ψ, G, T, ∂ψ/∂b), each with leading n
         nu, lam = token_projections(M, S, theta, base)  # (n, L, F), (n, H, L)
-        fn = jax.vmap(lambda la, nu_: _sample_terms(la, nu_, b, activation, lr, lr_b, eta2))
         n = nu.shape[0]
-        parts = [fn(lam[i : i + chunk], nu[i : i + chunk]) for i in range(0, n, chunk)]
+        parts = [
+            _chunk_terms(lam[i : i + chunk], nu[i : i + chunk], b, activation, lr, lr_b, eta2)
+            for i in range(0, n, chunk)
+        ]
         return jax.tree.map(lambda *x: jnp.concatenate(x), *parts)
 
     value, G, T, Jb = law.expect(per_sample, base.theta)  # (n, P), (n, P, H, F), …, (n, P, H)

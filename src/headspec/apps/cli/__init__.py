@@ -6,7 +6,7 @@ bad input gives a message that names the field and the fix, exit code 2 and no o
 Modules: ``common`` (the app, consoles, errors, option types, progress bars), ``figures``
 (figure formats and files), and one per command group, each registering its commands on ``app``
 when imported here: ``run`` (bayes, simulate, theory), ``analyse`` (compare, prune, plot),
-``reproduce``, ``sweep`` (the sweep sub-commands).
+``saddles``, ``reproduce``, ``sweep`` (the sweep sub-commands).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from headspec.apps.cli.common import app, out
 from headspec.apps.cli import run  # noqa: F401
 
 # isort: split
-from headspec.apps.cli import analyse, reproduce, sweep  # noqa: F401
+from headspec.apps.cli import analyse, reproduce, saddles, sweep  # noqa: F401
 
 __all__ = ["app", "main"]
 

@@ -13,6 +13,7 @@ their failure time; NaNs show as gaps and are ignored by means and standard erro
 Modules: :mod:`.common` (colours, titles, seed index, log time axis, NaN-aware mean and
 standard error), :mod:`.risk` (:func:`plot_risk`), :mod:`.overlaps` (:func:`plot_overlaps`,
 :func:`plot_compare_overlaps`, :func:`plot_head_similarity`), :mod:`.prune` (:func:`plot_prune`),
+:mod:`.saddles` (:func:`plot_saddles`),
 :mod:`.sweep` (:func:`final_risk`, :func:`plot_sweep`), :mod:`.save` (:func:`save_figures`).
 
 Example:
@@ -27,6 +28,7 @@ from headspec.apps.plots.overlaps import (
 )
 from headspec.apps.plots.prune import plot_prune
 from headspec.apps.plots.risk import plot_risk
+from headspec.apps.plots.saddles import plot_saddles
 from headspec.apps.plots.save import FIGURES, save_figures
 from headspec.apps.plots.sweep import final_risk, plot_sweep
 
@@ -38,6 +40,7 @@ __all__ = [
     "plot_overlaps",
     "plot_prune",
     "plot_risk",
+    "plot_saddles",
     "plot_sweep",
     "save_figures",
 ]

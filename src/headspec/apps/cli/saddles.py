@@ -1,0 +1,184 @@
+"""`headspec saddles`: the fixed points a trajectory passes by, their spectra and escape times."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from headspec.apps.cli.common import (
+    ConfigOpt,
+    SetOpt,
+    app,
+    check_output_path,
+    counted,
+    err,
+    fail,
+    load_or_fail,
+    out,
+    progress_bar,
+)
+from headspec.apps.cli.figures import FormatsOpt, check_formats, write_figures
+
+
+# Long only by its option list (one parameter per option).
+@app.command()
+def saddles(
+    config: ConfigOpt = None,
+    set_: SetOpt = None,
+    from_: Annotated[
+        Path | None,
+        typer.Option(
+            "--from", help="Analyse this simulation or theory result instead of solving the ODE."
+        ),
+    ] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option("--seed", help="The seed to analyse (default: the config's / file's first)."),
+    ] = None,
+    n: Annotated[
+        int,
+        typer.Option(
+            "--n", min=2, help="Base samples of drift and Jacobian (exact over discrete atoms)."
+        ),
+    ] = 2048,
+    gradient_flow: Annotated[
+        bool,
+        typer.Option(
+            "--gradient-flow",
+            help="Fixed points of the η-linear drift (no η² term: the gradient-flow limit).",
+        ),
+    ] = False,
+    group_cos: Annotated[
+        float,
+        typer.Option(
+            "--group-cos",
+            min=0.5,
+            max=1.0,
+            help="Heads whose keys are within this cosine count as identical when polishing.",
+        ),
+    ] = 0.98,
+    out_path: Annotated[
+        Path, typer.Option("--out", "-o", help="Saddle file (netCDF); a .json goes beside it.")
+    ] = Path("saddles.nc"),
+    formats: FormatsOpt = None,
+):
+    """Find where a trajectory slows down, polish each slow stretch into a fixed point of the ODE
+    (heads within --group-cos taken as identical), and give its spectrum: unstable modes (common
+    or head-difference, which features and heads), symmetry zero modes apart, and the predicted
+    time ln(D)/(2λ) to leave it at the run's D.
+
+    From a config (as `headspec theory`: the ODE is solved for one seed from the exact finite-D
+    initial law) or from a result file with --from. Writes OUT (netCDF), OUT.json and a figure
+    OUT_saddles.png: the risk curve with each fixed point's risk, and the spectra.
+    """
+    from headspec.conventions import results
+    from headspec.conventions.config import TheoryConfig
+
+    fmts = check_formats(formats)
+    if out_path.suffix == ".json":
+        fail("--out is the netCDF file (the JSON goes beside it); fix: give a name ending in .nc")
+    if from_ is not None:
+        if config is not None or set_:
+            fail("--from analyses a result as it was run; fix: drop --config/--set, or drop --from")
+        check_output_path(out_path)
+        try:
+            ds = results.load(from_)
+        except results.ResultError as e:
+            fail(str(e))
+        seeds = [int(s) for s in ds.seed.values]
+        if seed is not None and seed not in seeds:
+            fail(f"--seed {seed} is not in {from_}; fix: use one of {seeds}")
+        i = 0 if seed is None else seeds.index(seed)
+        source = str(from_)
+    else:
+        overrides = list(set_ or []) + ["seeds=1"] + ([] if seed is None else [f"seed={seed}"])
+        cfg = load_or_fail(TheoryConfig, config, overrides, out_path)
+        ds, i, source = _solve(cfg), 0, "ode"
+    _analyse(ds, i, n, not gradient_flow, group_cos, out_path, fmts, source)
+
+
+def _solve(cfg):
+    from headspec.conventions.runs import solve
+
+    err.print(
+        f"solving the ODE: {cfg.model.activation}, H = {cfg.model.H}, {cfg.task.latent.kind} law, "
+        f"η = {cfg.train.lr:g}, T = {cfg.train.T:g}, seed {cfg.seed} (init "
+        f"{cfg.theory.init.kind}, D = {cfg.task.D})",
+        highlight=False,
+    )
+    with progress_bar("t = {task.completed:.3g} / {task.total:.3g}", eta=False) as bar:
+        job = bar.add_task("compiling…", total=cfg.train.T)
+        try:
+            return solve(cfg, lambda t, _: bar.update(job, completed=t, description="ODE"))
+        except ValueError as e:
+            fail(str(e))
+
+
+def _analyse(ds, i, n, eta2, group_cos, out_path, fmts, source):
+    from headspec.apps.plots import plot_saddles
+    from headspec.conventions.io import write_json_atomic
+    from headspec.conventions.results import save
+    from headspec.conventions.saddles import find_saddles, to_dataset, to_json
+
+    with progress_bar(counted("slow stretches")) as bar:
+        job = bar.add_task("polishing", total=0)
+
+        def progress(done, total):
+            bar.update(job, completed=done, total=total)
+
+        found = find_saddles(ds, i, n, eta2, group_cos, progress)
+    sd = to_dataset(found, ds, i, eta2=eta2, group_cos=group_cos, n=n, source=source)
+    out.print(_table(found, sd))
+    if not found:
+        err.print("no slow stretch between drops in this trajectory (nothing to polish); try a "
+                  "longer train.T or a larger task.D", style="yellow")  # fmt: skip
+    save(sd, out_path)
+    json_path = out_path.with_suffix(".json")
+    write_json_atomic(json_path, to_json(found, sd))
+    out.print(f"wrote {out_path}\nwrote {json_path}")
+    title = f"saddles of seed {sd.attrs['seed']} ({source}), D = {sd.attrs['D']}"
+    write_figures(out_path.parent, out_path.stem, [("saddles", plot_saddles(sd, title))], fmts)
+
+
+def _table(found, sd) -> Table:
+    """One row per fixed point; the leading mode in words goes in the caption (it is long)."""
+    from headspec.dynamics.saddles import describe_mode
+
+    H, F, D = sd.sizes["head"], sd.sizes["feature"], int(sd.attrs["D"])
+    drift = "η-linear drift" if not sd.attrs["eta2"] else "full drift"
+    table = Table(
+        title=f"fixed points along seed {sd.attrs['seed']} ({drift}, n = {sd.attrs['n']})"
+    )
+    for col in ("#", "slow t", "risk run → fixed", "max|drift| run → fixed", "z", "groups",
+                "unstable/zero", "leading λ ± s.e.", f"ln D/2λ, D={D:g}"):  # fmt: skip
+        table.add_column(col, justify="right")
+    words = []
+    for k, s in enumerate(found):
+        lead = s.leading
+        esc = s.escape_time(D)
+        table.add_row(
+            str(k + 1),
+            f"{s.t_start:.3g}–{s.t_end:.3g}",
+            f"{s.level:.4f} → {s.risk:.4f}",
+            f"{s.drift_before:.1e} → {s.drift_after:.0e}",
+            f"{s.max_z:.1f}" + ("" if s.is_fixed else " quasi"),
+            "+".join(str(len(g)) for g in s.groups),
+            f"{len(s.unstable)}/{s.n_zero}",
+            "—" if lead is None else f"{lead.eigenvalue.real:+.4f} ± {lead.se:.4f}",
+            "stable" if not (esc < float("inf")) else f"{esc:.3g}",
+        )
+        if lead is not None:
+            mult = sum(
+                1 for m in s.modes if not m.zero
+                and abs(m.eigenvalue - lead.eigenvalue) <= 1e-6 * max(1.0, abs(lead.eigenvalue))
+            )  # fmt: skip
+            text = describe_mode(lead, H, F, with_heads=mult == 1)
+            words.append(f"{k + 1}: {text}" + (f" (×{mult}, degenerate)" if mult > 1 else ""))
+    table.caption = "\n".join(["leading modes — " + "; ".join(words)] if words else []) + (
+        "\nz: largest |drift|/s.e. at the fixed point (≤ 3: fixed within Monte-Carlo error, "
+        "else quasi-fixed); unstable: Re λ > 3 s.e.; zero modes: symmetries (softmax biases)"
+    )
+    return table

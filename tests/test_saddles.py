@@ -1,0 +1,179 @@
+"""Saddles of a trajectory (headspec.dynamics.saddles, `headspec saddles`): slow stretches are
+found between drops, polished into fixed points whose spectra predict the escape; the command
+refuses bad input before any work and writes netCDF, JSON and a figure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import xarray as xr
+from typer.testing import CliRunner
+
+from headspec.apps.cli import app
+from headspec.core.attention import Softmax
+from headspec.core.latent import Discrete
+from headspec.core.observables import BaseSamples
+from headspec.dynamics.analysis import slow_stretches
+from headspec.dynamics.ode import OrderParameters
+from headspec.dynamics.saddles import describe_mode, group_heads, saddle_at
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+E1 = ROOT / "experiments" / "two_phase.toml"
+
+
+def _two_drops(t):
+    """0.5 → 0.3 near t = 3, then → 0.2 near t = 100 (logistic in log t)."""
+    x = np.log(t)
+    return 0.2 + 0.2 / (1 + np.exp(4 * (x - np.log(3)))) + 0.1 / (1 + np.exp(4 * (x - np.log(100))))
+
+
+def test_slow_stretches_sit_between_the_drops_and_at_the_end():
+    """A two-drop curve: one stretch on the middle plateau (level 0.3, around t ≈ 17, the
+    geometric middle of the drops) and one at the end (level 0.2); the flat start on the log axis
+    is not a candidate."""
+    t = np.concatenate([[0.0], np.geomspace(0.01, 1e5, 120)])
+    found = slow_stretches(t, _two_drops(np.maximum(t, 1e-12)))
+    assert len(found) == 2, found
+    mid, end = found
+    assert abs(mid["level"] - 0.3) < 0.01 and 8 < mid["t_mid"] < 35, mid
+    assert (
+        mid["t_start"] < mid["t_mid"] < mid["t_end"] and 3 < mid["t_start"] and mid["t_end"] < 100
+    )
+    assert abs(end["level"] - 0.2) < 0.01 and end["t_end"] == t[-1]
+
+
+def test_slow_stretches_ignore_noise_and_a_single_drop():
+    """Noise of 10⁻⁴ on a two-drop curve adds no stretch (the dip criterion); a single drop has
+    only the end."""
+    t = np.geomspace(0.01, 1e5, 120)
+    rng = np.random.default_rng(0)
+    assert len(slow_stretches(t, _two_drops(t) + 1e-4 * rng.standard_normal(t.size))) == 2
+    one = 0.2 + 0.3 / (1 + np.exp(4 * (np.log(t) - np.log(3))))
+    assert [s["t_end"] for s in slow_stretches(t, one)] == [t[-1]]
+
+
+def test_group_heads_is_complete_linkage():
+    """Head 2 is within 0.98 of head 1 but not of head 0: it starts its own group."""
+    c = np.array([[1.0, 0.99, 0.97], [0.99, 1.0, 0.99], [0.97, 0.99, 1.0]])
+    assert group_heads(c, 0.98) == [[0, 1], [2]]
+    assert group_heads(c, 0.9) == [[0, 1, 2]]
+
+
+@pytest.mark.slow
+def test_e1_common_phase_polished_from_a_perturbed_state():
+    """Two softmax heads on E1's law (η = 1), taken 1 % apart near the common phase: polishing
+    groups them and lands on the fixed point that least squares finds from a symmetric guess on
+    the same samples (two routes, within 10⁻⁶), a true fixed point with the two biases as zero
+    modes and one unstable head-difference mode of rate 0.038 (tests/test_fixed_points.py: 0.0383
+    on 4096 samples; here within 5 s.e.), and escape time ln(D)/(2λ)."""
+    from headspec.dynamics.fixed_points import find_fixed_point
+
+    law = Discrete([[3.0, 0.0], [0.0, 3.0]], [0.7, 0.3])
+    base = BaseSamples.sobol(0, law, 10, 2, 2**11)
+    M = jnp.array([[1.80, 1.15], [1.82, 1.17]])
+    st = OrderParameters(M, M @ M.T + 0.2 * jnp.eye(2) + 0.19 * (1 - jnp.eye(2)), jnp.zeros(2))
+    s = saddle_at(st, Softmax(), law, base, lr=1.0)
+    assert s.groups == ((0, 1),) and s.is_fixed and s.converged, s
+    guess = OrderParameters(jnp.array([[1.0, 0.4]]), jnp.array([[1.3]]), jnp.zeros(1))
+    direct = find_fixed_point(guess, (2,), Softmax(), law, base)
+    for a, b in zip(s.state, direct.state, strict=True):
+        assert np.allclose(a, b, atol=1e-6), (a, b)
+    assert s.n_zero == 2  # the two biases (softmax is shift invariant)
+    (lead,) = s.unstable
+    assert lead.common < 1e-6 and "head-difference" in describe_mode(lead, 2, 2)
+    assert abs(lead.eigenvalue.real - 0.0383) < 5 * lead.se, lead
+    assert s.escape_time(1e4) == pytest.approx(np.log(1e4) / (2 * lead.eigenvalue.real))
+
+
+# ----------------------------------------------------------------------------------- the CLI
+SMALL = ["--set", "model.H=2", "--set", "theory.n=256", "--set", "record.points=30",
+         "--set", "record.n_mc=256", "--set", "train.T=100", "--n", "256"]  # fmt: skip
+
+
+def test_cli_saddles_from_config_writes_table_files_and_figure(tmp_path):
+    """E1's config with two heads (small samples): one slow stretch whose fixed point is the
+    common phase (one group of 2, unstable head-difference mode) — the point least squares finds
+    from a symmetric guess on the same samples (within 10⁻⁶); netCDF, JSON and PNG agree."""
+    from headspec.dynamics.fixed_points import find_fixed_point
+
+    out = tmp_path / "s.nc"
+    res = runner.invoke(app, ["saddles", "-c", str(E1), *SMALL, "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "fixed points along seed 0" in res.output and "head-difference" in res.output
+    sd = xr.load_dataset(out)
+    assert sd.attrs["kind"] == "saddles" and sd.attrs["D"] == 100 and sd.sizes["saddle"] >= 1
+    first = sd.isel(saddle=0)
+    assert first.group.values.tolist() == [0, 0] and int(first.n_unstable) >= 1
+    data = json.loads(out.with_suffix(".json").read_text())
+    row = data["saddles"][0]
+    assert row["groups"] == [[0, 1]] and row["is_fixed"]
+    assert row["fixed_point_risk"] == pytest.approx(float(first.risk))
+    assert row["escape_time"] == pytest.approx(np.log(100) / (2 * float(first.lead_rate)))
+    assert (tmp_path / "s_saddles.png").stat().st_size > 10_000
+    law = Discrete([[3.0, 0.0], [0.0, 3.0]], [0.7, 0.3])
+    guess = OrderParameters(jnp.array([[1.0, 0.4]]), jnp.array([[1.3]]), jnp.zeros(1))
+    base = BaseSamples.sobol(0, law, 10, 2, 256)
+    direct = find_fixed_point(guess, (2,), Softmax(), law, base, lr=2.0)
+    assert np.allclose(first.M, direct.state.M, atol=1e-6), (first.M.values, direct.state.M)
+
+
+@pytest.fixture(scope="module")
+def ok_result(tmp_path_factory):
+    """A tiny theory result to point --from at (never analysed: refused before)."""
+    tmp_path = tmp_path_factory.mktemp("result")
+    from headspec.conventions.config import TheoryConfig, load_config
+    from headspec.conventions.results import save
+    from headspec.conventions.runs import solve
+
+    cfg = load_config(TheoryConfig, overrides=["model.H=2", "task.L=4", "train.T=0.5",
+                      "theory.n=64", "record.points=3", "record.n_mc=64"])  # fmt: skip
+    return save(solve(cfg), tmp_path / "th.nc")
+
+
+BAD = {
+    "missing-from": (["--from", "{tmp}/nope.nc"], "does not exist"),
+    "from-and-set": (["--from", "{res}", "--set", "model.H=3"], "drop --config/--set"),
+    "seed-not-in-file": (["--from", "{res}", "--seed", "7"], "--seed 7 is not in"),
+    "group-cos-2": (["--from", "{res}", "--group-cos", "2"], "--group-cos"),
+    "n-1": (["--from", "{res}", "--n", "1"], "--n"),
+    "bad-set": (["--set", "model.H=0"], "model.H"),
+    "bad-config": (["-c", "{tmp}/nope.toml"], "nope.toml"),
+    "out-folder-missing": (["--from", "{res}", "-o", "{tmp}/no/s.nc"], "does not exist"),
+    "out-json": (["--from", "{res}", "-o", "{tmp}/s.json"], "ending in .nc"),
+    "format-gif": (["--from", "{res}", "--format", "gif"], "--format 'gif'"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD))
+def test_cli_saddles_refuses_bad_input_before_any_work(name, tmp_path, ok_result):
+    """Exit 2, the option or field named, no output file written."""
+    args, expect = BAD[name]
+    args = [a.format(tmp=tmp_path, res=ok_result) for a in args]
+    if "-o" not in args:
+        args += ["-o", str(tmp_path / "s.nc")]
+    res = runner.invoke(app, ["saddles", *args])
+    assert res.exit_code == 2, res.output
+    assert expect in res.output, res.output
+    assert not list(tmp_path.glob("s*")), list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_cli_saddles_on_the_e1_config(tmp_path):
+    """The E1 config itself (four softmax heads, η = 2, D = 100; about 35 s on 2 cores): its
+    common-phase plateau is polished into the common fixed point (one group of four, a fixed
+    point within 3 s.e., risk within 1 % of the plateau's), a saddle whose leading modes are
+    three degenerate head-difference modes (the standard representation of the four heads'
+    permutations)."""
+    out = tmp_path / "e1.nc"
+    res = runner.invoke(app, ["saddles", "-c", str(E1), "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    sd = xr.load_dataset(out).isel(saddle=0)
+    assert sd.group.values.tolist() == [0, 0, 0, 0] and float(sd.max_z) <= 3
+    assert abs(float(sd.risk) / float(sd.level) - 1) < 0.01
+    assert int(sd.n_unstable) == 3 and int(sd.n_zero) == 4
+    assert np.all(sd.mode_common.values[:3] < 1e-6)
