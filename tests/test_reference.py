@@ -2,6 +2,9 @@
 engines, float32 and float64, a Gaussian law, a schedule, MC and Sobol drift samples, perturbed
 and symmetric ODE starts) give bit-identical results to those stored before it
 (tests/data/reference_before_redesign.nc, made at commit a6613a1 by tests/data/make_reference.py).
+Exception, on purpose: ``sim_reduced`` was re-recorded when the reduced engine changed its random
+stream for speed (block draws, an exact χ² sampler, a Cholesky re-basis; issue 14) — its law is
+tested against the full engine in tests/test_reduced.py, its bits here from then on.
 
 The same configs are also run in a fresh process that never turns on JAX's global 64-bit mode:
 headspec chooses float64 where it needs it without changing the importing process's settings.

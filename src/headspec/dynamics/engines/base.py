@@ -12,8 +12,10 @@ the rest for all of them:
 - the jitted loop over steps, ``vmap`` over seeds, random numbers drawn ``block`` steps at a time
   (:meth:`Engine.advance`), and the walk along the recording grid (:func:`run`).
 
-Every seed s has its own stream: step n of seed s uses ``fold_in(train_key_s, n)``, whatever the
-chunking, so the same seed gives the same run however seeds and grid points are grouped.
+Every seed s has its own stream: step n of seed s uses ``fold_in(train_key_s, n)`` (or, for an
+engine that draws a block of steps at once, entry n mod block of the block drawn from
+``fold_in(train_key_s, n // block)``), whatever the chunking, so the same seed gives the same run
+however seeds and grid points are grouped.
 Adding an engine = one module with a subclass (see :mod:`.full` and :mod:`.reduced`).
 """
 
@@ -72,6 +74,11 @@ class Engine(eqx.Module):
     def randoms(self, key: Array, frame: Array):
         """The random numbers of one step of one seed, from that step's key."""
 
+    #: Optional: ``randoms_block(key, frame)`` → the random numbers of ``block`` steps at once
+    #: (leading axis: step), from the block's key — fewer, larger random draws than ``block``
+    #: calls of ``randoms`` (an engine whose step is cheap pays mostly for the draws).
+    randoms_block: ClassVar[Callable | None] = None
+
     @abc.abstractmethod
     def step(
         self, frame: Array, keys: Array, b: Array, rnd, t
@@ -108,10 +115,15 @@ class Engine(eqx.Module):
 
 
 def _advance_one(engine: Engine, frame, keys, b, fail, train_key, step0, n):
-    """Steps step0 … step0+n−1 of one seed, in blocks of ``engine.block`` steps (steps past the
-    end of the last block are computed, not applied). A non-finite update freezes the seed."""
+    """Steps step0 … step0+n−1 of one seed, in blocks of ``engine.block`` steps (steps of a block
+    outside that range are computed, not applied). A non-finite update freezes the seed.
+
+    Random numbers: per step from ``fold_in(train_key, step)``, or, for an engine with
+    ``randoms_block``, per block from ``fold_in(train_key, step // block)`` with blocks aligned
+    to multiples of ``block`` (so that any chunking of the steps draws the same numbers)."""
     dtype = keys.dtype
     size = engine.block
+    by_block = engine.randoms_block is not None
 
     def body(carry, inp):
         frame, keys, b, fail = carry
@@ -119,21 +131,26 @@ def _advance_one(engine: Engine, frame, keys, b, fail, train_key, step0, n):
         t = (step * engine.B / engine.D).astype(dtype)
         frame_n, keys_n, b_n, loss = engine.step(frame, keys, b, rnd, t)
         ok = jnp.isfinite(loss) & jnp.all(jnp.isfinite(b_n)) & jnp.isfinite(jnp.sum(keys_n**2))
-        active = step < step0 + n
+        active = (step >= step0) & (step < step0 + n)
         fail = jnp.where(active & (~ok) & (fail < 0), step, fail)
         keep = active & (fail < 0)
         new = (frame_n, keys_n, b_n)
         frame, keys, b = (jnp.where(keep, x, y) for x, y in zip(new, (frame, keys, b), strict=True))
         return (frame, keys, b, fail), None
 
+    first = step0 - step0 % size if by_block else step0  # start of the first block
+
     def block(j, carry):
-        steps = step0 + j * size + jnp.arange(size)  # (block,)
-        step_keys = jax.vmap(lambda st: jax.random.fold_in(train_key, st))(steps)
-        rnds = jax.vmap(lambda k: engine.randoms(k, carry[0]))(step_keys)  # each (block, …)
+        steps = first + j * size + jnp.arange(size)  # (block,)
+        if by_block:
+            rnds = engine.randoms_block(jax.random.fold_in(train_key, steps[0] // size), carry[0])
+        else:
+            step_keys = jax.vmap(lambda st: jax.random.fold_in(train_key, st))(steps)
+            rnds = jax.vmap(lambda k: engine.randoms(k, carry[0]))(step_keys)  # each (block, …)
         carry, _ = jax.lax.scan(body, carry, (steps, rnds), unroll=engine.unroll)
         return carry
 
-    n_blocks = (n + size - 1) // size
+    n_blocks = (step0 + n - first + size - 1) // size
     return jax.lax.fori_loop(0, n_blocks, block, (frame, keys, b, fail))
 
 

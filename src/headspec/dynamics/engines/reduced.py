@@ -11,13 +11,21 @@ dimension s = F + H:
   Gram–Schmidt makes of them are the rows of a lower-triangular T with T_jj = √χ²(D − s − j + 1)
   and N(0, 1) below the diagonal — exactly;
 - the exact loss |ŷ − y|²/(2D) and its gradient are computed in these s + B·L coordinates, keys and
-  biases are updated, and span(K*, K) is re-orthonormalised back to s coordinates by a QR
-  factorisation (any orthonormal basis will do: future tokens are isotropic).
+  biases are updated, and the basis is made anew: the F feature directions stay its first F
+  vectors (the frame never changes), and the keys' parts orthogonal to them, H vectors in
+  H + B·L coordinates, are written in the orthonormal basis that Gram–Schmidt makes of them: the
+  Cholesky factor of their H × H Gram matrix, computed in float64 (any orthonormal basis will do:
+  future tokens are isotropic). So
+  a key's coordinates are (√D·M_h, W_h) with W lower-triangular, W Wᵀ = D (Q − MMᵀ).
+
+Random numbers come in blocks (``randoms_block``): the normals of ``block`` steps in one draw,
+the Bartlett diagonals by :func:`headspec.core.linalg.chi2` (an exact χ² sampler that is cheap
+for large degrees of freedom).
 
 The initial keys k_h ~ N(0, σ0² I_D) are represented the same way: Gaussian components along K*,
 and orthogonal parts given by σ0 times a Bartlett factor in D − F dimensions. The law of every
 recorded quantity is that of the full engine (tests compare them); the per-step cost is
-O((s + BL)²·(F + H)), whatever D. It needs D − s ≥ B·L.
+O((s + BL)²·H), whatever D. It needs D − s ≥ B·L.
 """
 
 from __future__ import annotations
@@ -29,7 +37,7 @@ import jax
 import jax.numpy as jnp
 
 from headspec.core.attention import loss_finite, predict
-from headspec.core.linalg import bartlett
+from headspec.core.linalg import bartlett, chi2
 from headspec.core.observables import BaseSamples, Observation, population_risk
 from headspec.core.precision import float64
 from headspec.dynamics.engines.base import Engine, SGDState
@@ -86,23 +94,38 @@ class ReducedEngine(Engine):
         return SGDState(Cs, C, jnp.full((S, H), b0, dtype), jnp.full((S,), -1, jnp.int64))
 
     def randoms(self, key, frame) -> StepRandoms:
-        """The random numbers of one step, from that step's key (``fold_in(train_key, step)``)."""
+        """The random numbers of one step (the block of one step: see :meth:`randoms_block`)."""
+        return jax.tree.map(lambda x: x[0], self._draw(key, frame, 1))
+
+    def randoms_block(self, key, frame) -> StepRandoms:
+        """The random numbers of ``block`` steps in one draw per kind (leading axis: step)."""
+        return self._draw(key, frame, self.block)
+
+    def _draw(self, key, frame, size) -> StepRandoms:
         B, L, s, dtype = self.B, self.L, frame.shape[1], frame.dtype
+        BL = B * L
+        rows, cols = jnp.tril_indices(BL, -1)
         k1, k2, k3, k4 = jax.random.split(key, 4)
+        # all normals of the block in one draw, in float32 (3× cheaper than float64 on CPU; a
+        # normal's 24-bit resolution is far below anything a run can resolve)
+        g = jax.random.normal(k1, (size, BL * s + rows.size), jnp.float32).astype(dtype)
+        diag = jnp.sqrt(chi2(k2, self.D - s - jnp.arange(BL), (size, BL), dtype))  # (size, BL)
+        T = jnp.zeros((size, BL, BL), dtype).at[:, rows, cols].set(g[:, BL * s :])
+        T = T + diag[:, :, None] * jnp.eye(BL, dtype=dtype)  # Bartlett: T Tᵀ ~ Wishart(D − s)
         return StepRandoms(
-            z=jax.random.normal(k1, (B, L, s), dtype=dtype),
-            T=bartlett(k2, self.D - s, B * L, dtype).reshape(B, L, B * L),
-            eps=jax.random.randint(k3, (B,), 0, L),
-            theta=self.law.sample(k4, (B,)).astype(dtype),
+            z=g[:, : BL * s].reshape(size, B, L, s),
+            T=T.reshape(size, B, L, BL),
+            eps=jax.random.randint(k3, (size, B), 0, L),
+            theta=self.law.sample(k4, (size, B)).astype(dtype),
         )
 
     def step(self, frame, keys, b, rnd: StepRandoms, t):
-        """One exact SGD step in coordinates; the basis is re-orthonormalised by QR."""
-        Cs, C = frame, keys
-        F = Cs.shape[0]
+        """One exact SGD step in coordinates (see the module docstring)."""
+        C = keys  # (H, s): along u_1…u_F, then a lower-triangular orthogonal part
+        F = frame.shape[0]
         B, D = self.B, self.D
         BL = rnd.T.shape[-1]
-        z = rnd.z.at[jnp.arange(B), rnd.eps].add(rnd.theta @ Cs)  # spike K*θ/√D = Σ_f θ_f u_f
+        z = rnd.z.at[jnp.arange(B), rnd.eps, :F].add(rnd.theta)  # spike K*θ/√D = Σ_f θ_f u_f
         X = jnp.concatenate([z, rnd.T], axis=-1)  # (B, L, s + BL)
         y = X[jnp.arange(B), rnd.eps]  # (B, s + BL)
         K = jnp.pad(C, ((0, 0), (0, BL)))  # (H, s + BL)
@@ -111,9 +134,12 @@ class ReducedEngine(Engine):
             return jnp.sum(loss_finite(predict(K, b, X, self.activation, D), y, D))
 
         K_new, b_new, value = self.sgd_update(loss, K, b, t)  # (H, s + BL), (H,), ()
-        A = jnp.concatenate([jnp.pad(Cs, ((0, 0), (0, BL))), K_new], axis=0)  # (F + H, s + BL)
-        basis, _ = jnp.linalg.qr(A.T)  # (s + BL, F + H): orthonormal, spans all of A's rows
-        return A[:F] @ basis, K_new @ basis, b_new, value
+        # the keys' parts orthogonal to span(K*), P (H, H + BL), in the orthonormal basis that
+        # Gram–Schmidt makes of them: the Cholesky factor of their Gram matrix, in float64 (heads
+        # that nearly coincide make it ill-conditioned; float32 would lose their difference)
+        P = K_new[:, F:].astype(jnp.float64)  # (H, H + BL)
+        W = jnp.linalg.cholesky(P @ P.T).astype(C.dtype)  # (H, H) lower-triangular, W Wᵀ = P Pᵀ
+        return frame, jnp.concatenate([K_new[:, :F], W], axis=1), b_new, value
 
     @float64
     @eqx.filter_jit
