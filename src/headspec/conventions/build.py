@@ -103,3 +103,12 @@ def initial_state(cfg) -> InitialState:
     from headspec.conventions.results import simulation_states
 
     return simulation_states(init.path, init.seeds, model.H, cfg.task.latent.F)
+
+
+def head_cyclic(cfg, init: InitialState) -> bool:
+    """Whether the ODE's drift samples are made head-cyclic (``theory.head_cyclic``; "auto":
+    a symmetric init, or the perturbed init at task.D > theory.n)."""
+    choice = cfg.theory.head_cyclic
+    if choice != "auto":
+        return bool(choice)
+    return init.symmetric or (cfg.theory.init.kind == "perturbed" and cfg.task.D > cfg.theory.n)

@@ -83,8 +83,8 @@ def solve(cfg, progress: Callable[[float, float], None] | None = None, schedule=
     lr, lr_b = build.learning_rates(cfg.train)
     init = build.initial_state(cfg)
     base = build.drift_base(cfg.theory, law, L, H)
-    if init.symmetric:
-        base = base.head_cyclic()  # identical heads must stay identical (cost × H)
+    if build.head_cyclic(cfg, init):
+        base = base.head_cyclic()  # heads treated alike: identical heads stay identical (cost × H)
     steps, ts = _grid(cfg)
     y0, seed_ids = init.states(H, law.F, np.arange(cfg.seed, cfg.seed + cfg.seeds))
     obs, fail_t, n_steps = ode.integrate(
@@ -109,6 +109,7 @@ def solve(cfg, progress: Callable[[float, float], None] | None = None, schedule=
         "init": cfg.theory.init.kind,
         "sampler": cfg.theory.sampler,
         "n_drift": int(base.n),
+        "head_cyclic": int(build.head_cyclic(cfg, init)),
         "solver_steps": n_steps,
     }
     return assemble("theory", cfg, law, ts, steps, seed_ids, obs, fail_step, fail_t, extra)

@@ -227,6 +227,13 @@ class TheoryOptions(StrictModel):
         100_000, description="solver steps allowed between two grid points"
     )
     init: Init = Field(default_factory=PerturbedInit)
+    head_cyclic: Literal["auto"] | bool = Field(
+        "auto",
+        description="drift samples closed under cyclic shifts of the heads (cost × H), so that "
+        "the estimated drift treats all heads alike. auto: for a symmetric init, and for the "
+        "perturbed init when task.D > theory.n — there the samples' O(1/√n) asymmetry would "
+        "exceed the initial O(1/√D) head differences and decide when heads separate",
+    )
 
 
 class TheoryConfig(_RunConfig):
