@@ -144,8 +144,10 @@ class FixedPoint(NamedTuple):
 
     @property
     def is_fixed(self) -> bool:
-        """Drift within 3 standard errors in every entry (else: a quasi-fixed point)."""
-        return self.max_z <= 3.0
+        """The solver converged and the drift is within 3 standard errors in every entry (else: a
+        quasi-fixed point). Both are needed: where keys run off to infinity the standard errors
+        grow with the norms, so a small z alone can hide a state that is not a fixed point."""
+        return self.converged and self.max_z <= 3.0
 
 
 @float64

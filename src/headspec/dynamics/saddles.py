@@ -112,7 +112,8 @@ class Saddle(NamedTuple):
 
     @property
     def is_fixed(self) -> bool:
-        return self.max_z <= 3.0
+        """Converged, and the drift within 3 s.e. (as :attr:`FixedPoint.is_fixed`)."""
+        return self.converged and self.max_z <= 3.0
 
     @property
     def unstable(self) -> list[Mode]:
