@@ -8,6 +8,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from headspec.conventions.config import TheoryConfig, load_config
 from headspec.conventions.runs import solve
@@ -80,6 +81,7 @@ def test_constructed_bayes_softmax_optimum_is_found_again():
     assert abs(fp.risk - float(opt.mean)) < 3 * float(opt.se)  # same samples: R_B again
 
 
+@pytest.mark.slow  # the default suite covers it through tests/test_saddles.py's CLI test
 def test_e1_common_phase_is_a_fixed_point_and_a_saddle():
     """Two softmax heads on E1's law (atoms 3e₁, 3e₂, p = 0.7, 0.3), η = 1: the symmetric ODE's
     state at t = 12, polished with both heads in one group, is a true fixed point of the full
