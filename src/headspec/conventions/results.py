@@ -114,6 +114,8 @@ def save(ds: xr.Dataset, path: str | Path) -> Path:
 def load(path: str | Path) -> xr.Dataset:
     """Read a result and check its schema; raises :class:`ResultError` with the reason."""
     path = Path(path)
+    if path.is_dir():
+        raise ResultError(f"{str(path)!r} is a folder, not a result file; fix: give the .nc file")
     if not path.is_file():
         raise ResultError(f"result file {str(path)!r} does not exist; fix: check the path")
     try:

@@ -29,10 +29,14 @@ def compare(
     formats: FormatsOpt = None,
 ):
     """Overlay a simulation and a theory (risk and overlaps) and print the largest deviations."""
+    import math
+
     from headspec.conventions import results
     from headspec.dynamics.analysis import compare as compare_results
 
     fmts = check_formats(formats)
+    if until is not None and not (math.isfinite(until) and until > 0):
+        fail(f"--until {until} is not a positive time; fix: give a time t > 0, e.g. --until 30")
     try:
         s_ds, t_ds = results.load(sim), results.load(theory_file)
     except results.ResultError as e:

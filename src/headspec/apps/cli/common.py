@@ -27,6 +27,7 @@ app = typer.Typer(
     help="Multi-head attention on the high-dimensional single-location model "
     "(Sagitova, Duranthon, Zdeborová 2026): simulation, theory, Bayes-optimal risk.",
     no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
     add_completion=False,
 )

@@ -130,6 +130,17 @@ class RecordConfig(StrictModel):
     )
 
 
+def _check_steps(train: TrainConfig, D: int) -> None:
+    """A run must take at least one SGD step: T·D/batch ≥ 1."""
+    steps = train.T * D / train.batch
+    if steps < 1:
+        raise ValueError(
+            f"train.T·task.D/train.batch = {train.T:g}·{D}/{train.batch} = {steps:.3g} SGD "
+            f"steps, so the run would train nothing; fix: raise train.T or task.D, or lower "
+            f"train.batch"
+        )
+
+
 def _check_grid(record: RecordConfig, train: TrainConfig) -> None:
     """The log grid's first time must lie below the horizon."""
     if record.grid == "log" and record.t_min >= train.T:
@@ -162,6 +173,7 @@ class SimulateConfig(_RunConfig):
                 f'train.engine = "reduced" needs task.D − F − model.H ≥ train.batch·task.L, got '
                 f'{D} − {F} − {H} < {B * L}; fix: use train.engine = "full" or a larger task.D'
             )
+        _check_steps(self.train, D)
         _check_grid(self.record, self.train)
         return self
 
@@ -246,6 +258,13 @@ class TheoryConfig(_RunConfig):
     def _check(self):
         _check_grid(self.record, self.train)
         init = self.theory.init
+        F, H, D = self.task.latent.F, self.model.H, self.task.D
+        if init.kind == "perturbed" and D - F < H:
+            raise ValueError(
+                f"theory.init = perturbed draws the initial overlaps of {H} keys at task.D = {D}, "
+                f"which needs task.D − F ≥ model.H ({D} − {F} < {H}); fix: raise task.D to at "
+                f'least {F + H}, or use theory.init = {{kind = "symmetric"}}'
+            )
         if init.kind == "given":
             H, F = self.model.H, self.task.latent.F
             if len(init.M) != H or any(len(r) != F for r in init.M):
