@@ -53,3 +53,25 @@ def test_short_help_option():
                              capture_output=True, text=True, timeout=120)  # fmt: skip
         assert res.returncode == 0, res.stderr
         assert "Usage" in res.stdout
+
+
+def test_simulate_and_theory_take_scale_and_list_the_law_kinds(tmp_path):
+    """Item 13: `simulate --scale` exists like `bayes --scale` (here it reaches the config: a
+    negative scale is refused naming task.latent.scale), and --latent's help lists the kinds."""
+    for cmd in ("simulate", "theory"):
+        res = runner.invoke(app, [cmd, "--scale", "-1", "-o", str(tmp_path / "x.nc")])
+        assert res.exit_code == 2 and "task.latent.scale" in res.output, res.output
+        helptext = " ".join(runner.invoke(app, [cmd, "--help"]).output.split())
+        assert all(k in helptext for k in ("spike", "flipped_spike", "discrete", "gaussian"))
+
+
+def test_counts_are_singular_for_one(tmp_path):
+    """Item 13: "1 seed", not "1 seeds"; theory's summary has no always-empty held-out column."""
+    res = runner.invoke(app, ["theory", "--D", "50", "--L", "4", "--H", "2", "--T", "0.3",
+                              "--n", "64", "-o", str(tmp_path / "t.nc")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "held-out" not in res.output
+    res = runner.invoke(app, ["simulate", "--D", "40", "--L", "4", "--H", "2", "--T", "0.2",
+                              "--seeds", "1", "-o", str(tmp_path / "s.nc")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "1 seed," in " ".join(res.output.split()) and "1 seeds" not in res.output

@@ -110,6 +110,11 @@ def progress_bar(count_text: str, eta: bool = True) -> Progress:
     return Progress(*columns, console=err)
 
 
+def plural(n: int, word: str) -> str:
+    """``1 seed``, ``2 seeds`` (English plural by an s)."""
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 def counted(unit: str) -> str:
     """The ``count_text`` of a bar that counts whole things: ``1,200/5,000 steps``."""
     return "{task.completed:,}/{task.total:,} " + unit
@@ -137,3 +142,15 @@ ActivationOpt = Annotated[
 ]
 ResultOutOpt = Annotated[Path, typer.Option("--out", "-o", help="Result file (netCDF).")]
 ResultArg = Annotated[Path, typer.Argument(help="A result file written by simulate or theory.")]
+LatentOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--latent",
+        help="Latent law as a TOML inline table (replaces task.latent). Kinds: spike (a), "
+        "flipped_spike (a: ±a with probability ½), discrete (atoms, probs), gaussian (mean, var or "
+        "cov); e.g. '{kind=\"flipped_spike\", a=[2.0]}'.",
+    ),
+]
+ScaleOpt = Annotated[
+    float | None, typer.Option("--scale", help="Signal strength c: θ → cθ (task.latent.scale).")
+]

@@ -17,8 +17,10 @@ from headspec.apps.cli.common import (
     ActivationOpt,
     ConfigOpt,
     HOpt,
+    LatentOpt,
     LOpt,
     ResultOutOpt,
+    ScaleOpt,
     SetOpt,
     _overrides,
     app,
@@ -27,6 +29,7 @@ from headspec.apps.cli.common import (
     fail,
     load_or_fail,
     out,
+    plural,
     progress_bar,
 )
 from headspec.apps.cli.figures import write_result_figures
@@ -42,17 +45,8 @@ def bayes(
     D: Annotated[
         int | None, typer.Option("--D", help="Token dimension for --route finite (task.D).")
     ] = None,
-    latent: Annotated[
-        str | None,
-        typer.Option(
-            "--latent",
-            help="Latent law as a TOML inline table (task.latent), e.g. "
-            "'{kind=\"flipped_spike\", a=[2.0]}'.",
-        ),
-    ] = None,
-    scale: Annotated[
-        float | None, typer.Option("--scale", help="Signal strength c: θ → cθ.")
-    ] = None,
+    latent: LatentOpt = None,
+    scale: ScaleOpt = None,
     samples: Annotated[
         int | None, typer.Option("--samples", "-n", help="Monte-Carlo sequences.")
     ] = None,
@@ -129,12 +123,8 @@ def simulate(
     D: Annotated[int | None, typer.Option("--D", help="Token dimension (task.D).")] = None,
     T: Annotated[float | None, typer.Option("--T", help="Time horizon in t = samples/D.")] = None,
     activation: ActivationOpt = None,
-    latent: Annotated[
-        str | None,
-        typer.Option(
-            "--latent", help="Latent law as a TOML inline table, e.g. '{kind=\"spike\", a=[2.0]}'."
-        ),
-    ] = None,
+    latent: LatentOpt = None,
+    scale: ScaleOpt = None,
     lr: Annotated[float | None, typer.Option("--lr", help="Learning rate η (train.lr).")] = None,
     seeds: Annotated[int | None, typer.Option("--seeds", help="Independent runs.")] = None,
     seed: Annotated[int | None, typer.Option("--seed", help="First seed.")] = None,
@@ -159,7 +149,7 @@ def simulate(
     overrides = _overrides(
         set_,
         [("model.H", H), ("task.L", L), ("task.D", D), ("train.T", T), ("train.lr", lr),
-         ("seeds", seeds), ("seed", seed)],
+         ("seeds", seeds), ("seed", seed), ("task.latent.scale", scale)],
         [("model.activation", activation), ("train.engine", engine)],
         latent=latent,
     )  # fmt: skip
@@ -171,8 +161,8 @@ def simulate(
     m, tk = cfg.model, cfg.task
     err.print(
         f"simulate: {m.activation}, H = {m.H}, L = {tk.L}, D = {tk.D}, {tk.latent.kind} law, "
-        f"η = {cfg.train.lr:g}, T = {cfg.train.T:g}, {cfg.seeds} seeds, {cfg.train.dtype}, "
-        f"{cfg.train.engine} engine",
+        f"η = {cfg.train.lr:g}, T = {cfg.train.T:g}, {plural(cfg.seeds, 'seed')}, "
+        f"{cfg.train.dtype}, {cfg.train.engine} engine",
         highlight=False,
     )
     with progress_bar(counted("steps")) as bar:
@@ -209,7 +199,9 @@ def _summary(ds) -> None:
     table = Table(title=f"{ds.attrs['kind']} — final time t = {float(ds.t[-1]):g}")
     table.add_column("seed", justify="right")
     table.add_column("risk (D → ∞) ± s.e.", justify="right")
-    table.add_column("held-out loss ± s.e.", justify="right")
+    held_out = bool(np.isfinite(ds.test_risk.values).any())  # not for theory or the reduced engine
+    if held_out:
+        table.add_column("held-out loss ± s.e.", justify="right")
     table.add_column("heads → best feature (cos)")
     for i, s in enumerate(ds.seed.values):
         last = ds.isel(seed=i, t=-1)
@@ -221,10 +213,11 @@ def _summary(ds) -> None:
             for h, c in enumerate(cos)
         )
         tr = float(last.test_risk)
+        loss = "—" if not np.isfinite(tr) else f"{tr:.4f} ± {float(last.test_risk_se):.4f}"
         table.add_row(
             str(int(s)),
             f"{float(last.risk):.4f} ± {float(last.risk_se):.4f}",
-            "—" if not np.isfinite(tr) else f"{tr:.4f} ± {float(last.test_risk_se):.4f}",
+            *([loss] if held_out else []),
             heads,
         )
     mean = float(ds.risk.isel(t=-1).mean())
@@ -261,9 +254,8 @@ def theory(
     ] = None,
     T: Annotated[float | None, typer.Option("--T", help="Time horizon.")] = None,
     activation: ActivationOpt = None,
-    latent: Annotated[
-        str | None, typer.Option("--latent", help="Latent law as a TOML inline table.")
-    ] = None,
+    latent: LatentOpt = None,
+    scale: ScaleOpt = None,
     lr: Annotated[float | None, typer.Option("--lr", help="Learning rate η.")] = None,
     n: Annotated[
         int | None, typer.Option("--n", help="Base samples of the drift (theory.n).")
@@ -283,7 +275,7 @@ def theory(
     overrides = _overrides(
         set_,
         [("model.H", H), ("task.L", L), ("task.D", D), ("train.T", T), ("train.lr", lr),
-         ("theory.n", n)],
+         ("theory.n", n), ("task.latent.scale", scale)],
         [("model.activation", activation)],
         latent=latent,
     )  # fmt: skip

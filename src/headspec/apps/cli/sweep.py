@@ -10,7 +10,16 @@ from rich.progress import Progress
 from rich.table import Table
 from typer.core import TyperGroup
 
-from headspec.apps.cli.common import app, check_output_path, counted, err, fail, out, progress_bar
+from headspec.apps.cli.common import (
+    app,
+    check_output_path,
+    counted,
+    err,
+    fail,
+    out,
+    plural,
+    progress_bar,
+)
 from headspec.conventions.config import ConfigError
 
 
@@ -93,8 +102,8 @@ def sweep_run(
         fail(f"output {str(plan.out)!r} is a file; fix: give a folder (--out)")
     shape = " × ".join(f"{a.name}[{len(a.values)}]" for a in plan.axes)
     err.print(
-        f"sweep: {plan.kind}, {len(plan.points)} points ({shape}) × {plan.seeds} seeds in "
-        f"{len(plan.tasks)} tasks → {plan.out}",
+        f"sweep: {plan.kind}, {plural(len(plan.points), 'point')} ({shape}) × "
+        f"{plural(plan.seeds, 'seed')} in {plural(len(plan.tasks), 'task')} → {plan.out}",
         highlight=False,
     )
     bar = progress_bar(counted("tasks"))
@@ -132,7 +141,8 @@ def _bar_callbacks(bar: Progress, scheduler: str | None):
 
     def on_start(client, n_todo, n_total):
         nonlocal job
-        where = scheduler or f"local cluster, {len(client.scheduler_info()['workers'])} workers"
+        n_workers = len(client.scheduler_info()["workers"])
+        where = scheduler or f"local cluster, {plural(n_workers, 'worker')}"
         err.print(f"dask: {where}; dashboard {client.dashboard_link}", highlight=False)
         if n_todo < n_total:
             err.print(f"resuming: {n_total - n_todo} of {n_total} tasks already finished")

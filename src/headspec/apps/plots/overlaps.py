@@ -142,7 +142,8 @@ def plot_compare_overlaps(sim: xr.Dataset, theory: xr.Dataset) -> Figure:
         Line2D([], [], color="0.3", lw=2.2, label="theory (D → ∞)"),
     ]
     fig.legend(handles=handles, loc="outside right upper", fontsize="small")
-    which = f"seed {int(common[0])}" if common else f"{sims.sizes['seed']} seeds"
+    S = sims.sizes["seed"]
+    which = f"seed {int(common[0])}" if common else f"{S} seed{'' if S == 1 else 's'}"
     fig.suptitle(
         _title(sim, f"cosine overlaps, simulation vs theory ({which})\n"), fontsize="medium"
     )
