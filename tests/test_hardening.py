@@ -75,3 +75,25 @@ def test_counts_are_singular_for_one(tmp_path):
                               "--seeds", "1", "-o", str(tmp_path / "s.nc")])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "1 seed," in " ".join(res.output.split()) and "1 seeds" not in res.output
+
+
+UNWRITABLE = {
+    # item 1: outputs were checked only after the computation
+    "simulate": ["simulate", "--D", "40", "--L", "4", "--H", "2", "--T", "0.2", "--seeds", "1",
+                 "-o", "/proc/headspec-test.nc"],
+    "theory": ["theory", "--D", "40", "--L", "4", "--H", "2", "--T", "0.2", "-o",
+               "/proc/headspec-test.nc"],
+    "bayes-json": ["bayes", "-n", "100", "--json", "/proc/headspec-test.json"],
+    "reproduce": ["reproduce", "--only", "E4", "-o", "/proc/headspec-report"],
+    "compare-out-dir": ["compare", "a.nc", "b.nc", "--out-dir", "/proc/headspec-figures"],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(UNWRITABLE))
+def test_unwritable_outputs_are_refused_before_any_work(name):
+    """A path in a folder where nothing can be created (/proc, even for root) is refused with
+    exit 2 before anything is computed or loaded."""
+    res = runner.invoke(app, UNWRITABLE[name])
+    assert res.exit_code == 2, res.output
+    assert "cannot write in" in " ".join(res.output.split()) and "fix:" in res.output
+    assert "Traceback" not in res.output

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from headspec.apps.cli.common import ResultArg, app, err, fail, out
+from headspec.apps.cli.common import ResultArg, app, check_output_dir, err, fail, out
 from headspec.apps.cli.figures import (
     FiguresDirOpt,
     FormatsOpt,
@@ -37,6 +37,7 @@ def compare(
     fmts = check_formats(formats)
     if until is not None and not (math.isfinite(until) and until > 0):
         fail(f"--until {until} is not a positive time; fix: give a time t > 0, e.g. --until 30")
+    check_output_dir(out_dir or sim.parent)
     try:
         s_ds, t_ds = results.load(sim), results.load(theory_file)
     except results.ResultError as e:
@@ -97,6 +98,7 @@ def prune(
     seeds = [int(s) for s in ds.seed.values]
     if seed is not None and seed not in seeds:
         fail(f"--seed {seed} is not in {result}; fix: use one of {seeds}")
+    check_output_dir(out_dir or result.parent)
     i = 0 if seed is None else seeds.index(seed)
     with err.status("pruning…"):
         res = prune_result(ds, seed_index=i, n=n, random_orders=random_orders)
@@ -139,6 +141,5 @@ def plot_cmd(
     except results.ResultError as e:
         fail(str(e))
     folder = out_dir or result.parent
-    if folder.exists() and not folder.is_dir():
-        fail(f"--out-dir {str(folder)!r} is a file; fix: give a folder")
+    check_output_dir(folder)
     write_result_figures(ds, folder, result.stem, fmts, theory=th)

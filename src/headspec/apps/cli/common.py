@@ -41,14 +41,42 @@ def fail(message: str, code: int = 2):
     raise typer.Exit(code)
 
 
+def _writable(folder: Path) -> bool:
+    """Whether a file can really be created in ``folder`` (tried: permissions alone do not tell,
+    e.g. for root in a read-only or virtual file system such as /proc)."""
+    import tempfile
+
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".headspec-probe-"):
+            return True
+    except OSError:
+        return False
+
+
 def check_output_path(path: Path | None) -> None:
-    """Refuse an output path whose folder is missing, or that is a folder, before any work."""
+    """Refuse an output path whose folder is missing or not writable, or that is a folder —
+    before any work, so that no computation is lost to a late error."""
     if path is None:
         return
     if path.is_dir():
         fail(f"output {str(path)!r} is a folder; fix: give a file name")
-    if not path.parent.exists():
+    if not path.parent.is_dir():
         fail(f"the folder of output {str(path)!r} does not exist; fix: create it first")
+    if not _writable(path.parent):
+        fail(f"cannot write in the folder of output {str(path)!r}; fix: choose a writable folder")
+
+
+def check_output_dir(folder: Path | None, option: str = "--out-dir") -> None:
+    """Refuse an output folder that is a file, or that cannot be created or written in."""
+    if folder is None:
+        return
+    if folder.exists() and not folder.is_dir():
+        fail(f"{option} {str(folder)!r} is a file; fix: give a folder")
+    probe = folder
+    while not probe.exists():  # the nearest existing ancestor is where it will be created
+        probe = probe.parent
+    if not probe.is_dir() or not _writable(probe):
+        fail(f"cannot write in {option} {str(folder)!r}; fix: choose a writable folder")
 
 
 def load_or_fail(

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from headspec.apps.cli.common import app, counted, fail, out, progress_bar
+from headspec.apps.cli.common import app, check_output_dir, counted, fail, out, progress_bar
 
 
 @app.command()
@@ -36,8 +36,7 @@ def reproduce(
         if bad:
             fail(f"--only: unknown experiment {bad[0]!r}; fix: use some of "
                  f"{', '.join(EXPERIMENT_FILES)}")  # fmt: skip
-    if out_dir.exists() and not out_dir.is_dir():
-        fail(f"--out {str(out_dir)!r} is a file; fix: give a folder")
+    check_output_dir(out_dir, "--out")
     with progress_bar(counted("experiments"), eta=False) as bar:
         job = bar.add_task("starting…", total=len(ids or EXPERIMENT_FILES))
 

@@ -12,6 +12,7 @@ from typer.core import TyperGroup
 
 from headspec.apps.cli.common import (
     app,
+    check_output_dir,
     check_output_path,
     counted,
     err,
@@ -98,8 +99,7 @@ def sweep_run(
         plan = sw.resolve(spec, root, out_dir)
     except ConfigError as e:
         fail(str(e))
-    if plan.out.exists() and not plan.out.is_dir():
-        fail(f"output {str(plan.out)!r} is a file; fix: give a folder (--out)")
+    check_output_dir(plan.out, "--out")
     shape = " × ".join(f"{a.name}[{len(a.values)}]" for a in plan.axes)
     err.print(
         f"sweep: {plan.kind}, {plural(len(plan.points), 'point')} ({shape}) × "
