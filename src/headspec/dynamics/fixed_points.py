@@ -124,6 +124,11 @@ def _reduced_terms(x, sizes, G, F, activation, law, base, lr, lr_b, eta2):
     return law.expect(per_theta, base.theta)  # (n, p)
 
 
+def is_fixed(converged: bool, max_z: float) -> bool:
+    """The one rule for a fixed point: the solver converged and |drift| ≤ 3 s.e. everywhere."""
+    return bool(converged) and max_z <= 3.0
+
+
 class FixedPoint(NamedTuple):
     """A (quasi-)fixed point of the ODE with groups of identical heads."""
 
@@ -147,7 +152,7 @@ class FixedPoint(NamedTuple):
         """The solver converged and the drift is within 3 standard errors in every entry (else: a
         quasi-fixed point). Both are needed: where keys run off to infinity the standard errors
         grow with the norms, so a small z alone can hide a state that is not a fixed point."""
-        return self.converged and self.max_z <= 3.0
+        return is_fixed(self.converged, self.max_z)
 
 
 @float64

@@ -32,7 +32,7 @@ from headspec.core.latent import LatentLaw
 from headspec.core.observables import BaseSamples
 from headspec.core.precision import float64
 from headspec.core.schedules import Schedule
-from headspec.dynamics.fixed_points import FixedPoint, find_fixed_point
+from headspec.dynamics.fixed_points import FixedPoint, find_fixed_point, is_fixed
 from headspec.dynamics.jacobian import Mode, drift_jacobian, modes
 from headspec.dynamics.ode import OrderParameters, drift
 
@@ -113,7 +113,7 @@ class Saddle(NamedTuple):
     @property
     def is_fixed(self) -> bool:
         """Converged, and the drift within 3 s.e. (as :attr:`FixedPoint.is_fixed`)."""
-        return self.converged and self.max_z <= 3.0
+        return is_fixed(self.converged, self.max_z)
 
     @property
     def unstable(self) -> list[Mode]:

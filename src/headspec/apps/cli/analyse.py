@@ -8,7 +8,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from headspec.apps.cli.common import ResultArg, app, check_output_dir, err, fail, out
+from headspec.apps.cli.common import (
+    ResultArg,
+    app,
+    check_output_dir,
+    err,
+    fail,
+    load_result_seed,
+    out,
+)
 from headspec.apps.cli.figures import (
     FiguresDirOpt,
     FormatsOpt,
@@ -88,18 +96,11 @@ def prune(
     import numpy as np
 
     from headspec.apps.plots import plot_prune
-    from headspec.conventions import results
     from headspec.conventions.runs import prune_result
 
-    try:
-        ds = results.load(result)
-    except results.ResultError as e:
-        fail(str(e))
+    ds, i = load_result_seed(result, seed)
     seeds = [int(s) for s in ds.seed.values]
-    if seed is not None and seed not in seeds:
-        fail(f"--seed {seed} is not in {result}; fix: use one of {seeds}")
     check_output_dir(out_dir or result.parent)
-    i = 0 if seed is None else seeds.index(seed)
     with err.status("pruning…"):
         res = prune_result(ds, seed_index=i, n=n, random_orders=random_orders)
     table = Table(title=f"pruning seed {seeds[i]} of {result.name} at t = {float(ds.t[-1]):g}")

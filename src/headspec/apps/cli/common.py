@@ -98,6 +98,20 @@ def load_or_fail(
     return cfg
 
 
+def load_result_seed(path: Path, seed: int | None):
+    """A result file and the index of ``--seed`` in it (the first seed by default), or exit 2."""
+    from headspec.conventions import results
+
+    try:
+        ds = results.load(path)
+    except results.ResultError as e:
+        fail(str(e))
+    seeds = [int(s) for s in ds.seed.values]
+    if seed is not None and seed not in seeds:
+        fail(f"--seed {seed} is not in {path}; fix: use one of {seeds}")
+    return ds, 0 if seed is None else seeds.index(seed)
+
+
 def _overrides(
     set_: list[str] | None,
     pairs: Iterable[tuple[str, object]],

@@ -17,6 +17,7 @@ from headspec.apps.cli.common import (
     err,
     fail,
     load_or_fail,
+    load_result_seed,
     out,
     progress_bar,
 )
@@ -74,7 +75,6 @@ def saddles(
     initial law) or from a result file with --from. Writes OUT (netCDF), OUT.json and a figure
     OUT_saddles.png: the risk curve with each fixed point's risk, and the spectra.
     """
-    from headspec.conventions import results
     from headspec.conventions.config import TheoryConfig
 
     fmts = check_formats(formats)
@@ -84,14 +84,7 @@ def saddles(
         if config is not None or set_:
             fail("--from analyses a result as it was run; fix: drop --config/--set, or drop --from")
         check_output_path(out_path)
-        try:
-            ds = results.load(from_)
-        except results.ResultError as e:
-            fail(str(e))
-        seeds = [int(s) for s in ds.seed.values]
-        if seed is not None and seed not in seeds:
-            fail(f"--seed {seed} is not in {from_}; fix: use one of {seeds}")
-        i = 0 if seed is None else seeds.index(seed)
+        ds, i = load_result_seed(from_, seed)
         source = str(from_)
     else:
         overrides = list(set_ or []) + ["seeds=1"] + ([] if seed is None else [f"seed={seed}"])
