@@ -24,6 +24,7 @@ from headspec.core.observables import BaseSamples
 from headspec.core.schedules import Constant, InverseTime, Schedule
 from headspec.dynamics.engines import ENGINES, Engine
 from headspec.dynamics.initial import Given, InitialState, Perturbed, Symmetric
+from headspec.dynamics.noise import gram_rest
 
 Array = jax.Array
 
@@ -55,8 +56,21 @@ def engine(cfg, schedule_fn: Callable | None = None) -> Engine:
     """The SGD engine of a :class:`~headspec.conventions.config.SimulateConfig`
     (``schedule_fn``, a hashable pure function of t, replaces the config's schedule)."""
     lr, lr_b = learning_rates(cfg.train)
+    law = cfg.task.latent.build()
+    extra = {}
+    if cfg.train.engine == "diffusion":
+        opts = cfg.diffusion
+        H, L, D = cfg.model.H, cfg.task.L, cfg.task.D
+        base = drift_base(opts, law, L, H)
+        copies = H if diffusion_head_cyclic(cfg) else 1
+        if copies > 1:
+            base = base.head_cyclic()  # heads treated alike (cost × H)
+        key = jax.random.fold_in(jax.random.key(opts.sample_seed), 0x6772)  # "gr"
+        gram = gram_rest(key, base.n // copies, L, D, law.F + H, copies)
+        extra = {"base": base, "gram": gram, "dt": opts.dt, "solver": opts.solver,
+                 "horizon": cfg.train.T}  # fmt: skip
     return ENGINES[cfg.train.engine](
-        law=cfg.task.latent.build(),
+        law=law,
         activation=activation(cfg.model),
         L=cfg.task.L,
         D=cfg.task.D,
@@ -66,7 +80,15 @@ def engine(cfg, schedule_fn: Callable | None = None) -> Engine:
         lr_b=lr_b,
         schedule=schedule_fn or schedule(cfg.train.schedule),
         frame_kind=cfg.task.frame,
+        **extra,
     )
+
+
+def diffusion_head_cyclic(cfg) -> bool:
+    """Whether the diffusion engine's base samples are made head-cyclic (``diffusion.head_cyclic``;
+    "auto": when task.D > diffusion.n)."""
+    choice = cfg.diffusion.head_cyclic
+    return cfg.task.D > cfg.diffusion.n if choice == "auto" else bool(choice)
 
 
 def mc_key(mc_seed: int) -> Array:
@@ -81,7 +103,8 @@ def risk_base(record, law: LatentLaw, L: int, H: int, n: int | None = None) -> B
 
 
 def drift_base(options, law: LatentLaw, L: int, H: int) -> BaseSamples:
-    """The drift's base samples from :class:`~headspec.conventions.config.TheoryOptions`."""
+    """The drift's base samples from :class:`~headspec.conventions.config.TheoryOptions` (or the
+    diffusion engine's :class:`~headspec.conventions.config.DiffusionOptions`)."""
     if options.sampler == "sobol":
         return BaseSamples.sobol(options.sample_seed, law, L, H, options.n)
     key = jax.random.fold_in(jax.random.key(options.sample_seed), 0x6472)  # "dr"

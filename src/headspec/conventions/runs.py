@@ -66,8 +66,23 @@ def simulate(cfg, progress: Callable[[int, int], None] | None = None, schedule=N
         obs,
         fail_step,
         np.where(fail_step >= 0, fail_step * cfg.train.batch / cfg.task.D, np.nan),
-        {"engine": cfg.train.engine, "n_test": n_test, "dtype": cfg.train.dtype},
+        {
+            "engine": cfg.train.engine,
+            "n_test": n_test,
+            "dtype": cfg.train.dtype,
+            **_engine_attrs(cfg, engine),
+        },
     )
+
+
+def _engine_attrs(cfg, engine) -> dict:
+    """What a result records about its engine beyond the config (the diffusion engine's base
+    samples: their number and whether they are head-cyclic)."""
+    if cfg.train.engine != "diffusion":
+        return {}
+    cyclic = build.diffusion_head_cyclic(cfg)
+    n = engine.base.n // (cfg.model.H if cyclic else 1)
+    return {"n_drift": int(n), "head_cyclic": int(cyclic), "dt": float(cfg.diffusion.dt)}
 
 
 @float64

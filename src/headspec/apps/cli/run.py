@@ -132,7 +132,9 @@ def simulate(
         str | None,
         typer.Option(
             "--engine",
-            help="full (D-dimensional) or reduced (exact, cost per step independent of D).",
+            help="full (D-dimensional), reduced (exact, cost per step independent of D) or "
+            "diffusion (the order parameters' SDE, exact up to O(1/D): cost per unit t "
+            "independent of D; options --set diffusion.dt=…, diffusion.n=…).",
         ),
     ] = None,
     out_path: ResultOutOpt = Path("simulation.nc"),

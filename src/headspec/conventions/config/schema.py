@@ -102,8 +102,10 @@ class TrainConfig(StrictModel):
     dtype: Literal["float32", "float64"] = Field("float32", description="simulation precision")
     engine: Literal[tuple(ENGINES)] = Field(  # every registered engine
         "full",
-        description="'full' (D-dimensional keys and tokens) or 'reduced' (exact, coordinates "
-        "in span(K*, K): per-step cost independent of D; needs D − F − H ≥ batch·L)",
+        description="'full' (D-dimensional keys and tokens), 'reduced' (exact, coordinates "
+        "in span(K*, K): per-step cost independent of D; needs D − F − H ≥ batch·L) or "
+        "'diffusion' (the order parameters' SDE with the exact first two moments of an SGD step: "
+        "cost per unit t independent of D; options in [diffusion])",
     )
 
 
@@ -150,6 +152,33 @@ def _check_grid(record: RecordConfig, train: TrainConfig) -> None:
         )
 
 
+class DiffusionOptions(StrictModel):
+    """The diffusion engine (``train.engine = "diffusion"``): dX = f dt + C^{1/2} dW/√D, with f and
+    C the exact mean and covariance of one SGD step's increment at task.D, estimated on base
+    samples as the theory's drift."""
+
+    n: Annotated[int, Strict(), Field(ge=2)] = Field(
+        2048, description="base samples of the drift and noise (common random numbers)"
+    )
+    sampler: Literal["mc", "sobol"] = Field(
+        "sobol", description="plain Monte Carlo or scrambled Sobol quasi-Monte Carlo"
+    )
+    sample_seed: Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)] = 0
+    dt: float = Field(0.1, gt=0, le=1, description="fixed step of the SDE solver, in t")
+    solver: Literal["heun", "euler"] = Field(
+        "heun",
+        description="heun (2 evaluations per step, error O(dt²) in the drift; converges to the "
+        "Stratonovich solution, which differs from SGD's Itô one by O(1/D)) or euler "
+        "(Euler–Maruyama: Itô, 1 evaluation, error O(dt))",
+    )
+    head_cyclic: Literal["auto"] | bool = Field(
+        "auto",
+        description="base samples closed under cyclic shifts of the heads (cost × H). auto: when "
+        "task.D > diffusion.n, where the samples' O(1/√n) head asymmetry would exceed the O(1/√D) "
+        "fluctuations that make heads separate",
+    )
+
+
 class _RunConfig(StrictModel):
     """The sections simulation and theory share: task, model, train, record, first seed."""
 
@@ -164,6 +193,7 @@ class SimulateConfig(_RunConfig):
     """Everything `headspec simulate` needs."""
 
     seeds: PositiveInt = Field(8, description="independent runs: seeds seed, seed+1, …")
+    diffusion: DiffusionOptions = Field(default_factory=DiffusionOptions)
 
     @model_validator(mode="after")
     def _check(self):
@@ -172,6 +202,12 @@ class SimulateConfig(_RunConfig):
             raise ValueError(
                 f'train.engine = "reduced" needs task.D − F − model.H ≥ train.batch·task.L, got '
                 f'{D} − {F} − {H} < {B * L}; fix: use train.engine = "full" or a larger task.D'
+            )
+        if self.train.engine == "diffusion" and D - F - H < L:
+            raise ValueError(
+                f'train.engine = "diffusion" needs task.D − F − model.H ≥ task.L (the tokens\' '
+                f"Gram matrix outside span(K*, K)), got {D} − {F} − {H} < {L}; fix: raise task.D "
+                f'to at least {F + H + L}, or use train.engine = "full"'
             )
         _check_steps(self.train, D)
         _check_grid(self.record, self.train)

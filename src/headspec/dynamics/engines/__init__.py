@@ -1,10 +1,25 @@
-"""SGD engines behind one abstract :class:`~headspec.dynamics.engines.base.Engine`: the full
-D-dimensional engine and the exact reduced engine (cost per step independent of D)."""
+"""Engines behind one abstract :class:`~headspec.dynamics.engines.base.Engine`: the full
+D-dimensional SGD engine, the exact reduced SGD engine (cost per step independent of D) and the
+diffusion engine (the order parameters' SDE: cost per unit t independent of D)."""
 
-from headspec.dynamics.engines.base import Engine, SGDState, run
+from headspec.dynamics.engines.base import Engine, SGDEngine, SGDState, run
+from headspec.dynamics.engines.diffusion import DiffusionEngine, DiffusionState
 from headspec.dynamics.engines.full import FullEngine, seed_keys
 from headspec.dynamics.engines.reduced import ReducedEngine
 
-ENGINES: dict[str, type[Engine]] = {cls.name: cls for cls in (FullEngine, ReducedEngine)}
+ENGINES: dict[str, type[Engine]] = {
+    cls.name: cls for cls in (FullEngine, ReducedEngine, DiffusionEngine)
+}
 
-__all__ = ["ENGINES", "Engine", "FullEngine", "ReducedEngine", "SGDState", "run", "seed_keys"]
+__all__ = [
+    "ENGINES",
+    "DiffusionEngine",
+    "DiffusionState",
+    "Engine",
+    "FullEngine",
+    "ReducedEngine",
+    "SGDEngine",
+    "SGDState",
+    "run",
+    "seed_keys",
+]

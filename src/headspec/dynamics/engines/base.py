@@ -1,9 +1,14 @@
-"""The abstract SGD engine: one update rule, one divergence rule, one loop (SPEC §4).
+"""The abstract engine, and the SGD engines' one update rule, divergence rule and loop (SPEC §4).
 
-An :class:`Engine` holds everything a step needs that is not state (law, sizes, activation,
-learning rates, schedule). Concrete engines say how a step's random numbers are drawn, how the
-loss of a step is computed from them, and how (M, Q) are read off the state; this module does
-the rest for all of them:
+An :class:`Engine` holds everything a run needs that is not state (law, sizes, activation,
+learning rates, schedule) and says how to start (``init``), how to move every seed from one step
+to a later one (``advance``) and what to record (``observe``); :func:`run` walks any engine along
+the recording grid. Steps count SGD steps, t = step·B/D, whatever the engine: the diffusion
+engine (:mod:`.diffusion`) integrates an SDE in t between the same grid points.
+
+An :class:`SGDEngine` trains by online SGD. Concrete SGD engines say how a step's random numbers
+are drawn, how the loss of a step is computed from them, and how (M, Q) are read off the state;
+this module does the rest for all of them:
 
 - the update k_h ← k_h − η(t) ∇_{k_h} ℓ, b_h ← b_h − (η_b(t)/D) ∂_{b_h} ℓ with ``jax.grad``
   (:meth:`Engine.sgd_update`);
@@ -16,7 +21,8 @@ Every seed s has its own stream: step n of seed s uses ``fold_in(train_key_s, n)
 engine that draws a block of steps at once, entry n mod block of the block drawn from
 ``fold_in(train_key_s, n // block)``), whatever the chunking, so the same seed gives the same run
 however seeds and grid points are grouped.
-Adding an engine = one module with a subclass (see :mod:`.full` and :mod:`.reduced`).
+Adding an engine = one module with a subclass (see :mod:`.full`, :mod:`.reduced` and
+:mod:`.diffusion`).
 """
 
 from __future__ import annotations
@@ -48,7 +54,8 @@ class SGDState(NamedTuple):
 
 
 class Engine(eqx.Module):
-    """Online SGD of multi-head attention: the problem, the learning rates and the schedule."""
+    """How a run of multi-head attention training evolves: the problem, the learning rates and
+    the schedule; subclasses say how to start, advance and observe every seed."""
 
     law: LatentLaw
     activation: Activation
@@ -62,14 +69,33 @@ class Engine(eqx.Module):
     frame_kind: str = eqx.field(static=True, default="random")  # K*: "random" | "canonical"
 
     name: ClassVar[str]
+
+    @abc.abstractmethod
+    def init(self, keys: dict[str, Array], sigma0: float, b0: float, dtype):
+        """Initial state of SPEC §4 (keys k_h ~ N(0, σ0² I_D), biases b0) for every seed; a
+        NamedTuple with a ``fail_step`` (S,) field (−1: no divergence)."""
+
+    @abc.abstractmethod
+    def advance(self, state, train_keys: Array, step0, n):
+        """Every seed from step ``step0`` to step ``step0 + n`` (t = step·B/D)."""
+
+    @abc.abstractmethod
+    def observe(self, state, base: BaseSamples, test=None) -> Observation:
+        """Order parameters (float64) and risks of every seed."""
+
+    def test_set(self, keys: Array, state, n: int | None):
+        """(held-out batch per seed or None, its size): for the exact finite-D loss; engines
+        without one return (None, 0)."""
+        return None, 0
+
+
+class SGDEngine(Engine):
+    """Online SGD of multi-head attention, one step at a time (SPEC §4)."""
+
     block: ClassVar[int] = 1  # steps whose random numbers are drawn in one call
     unroll: ClassVar[int] = 1  # loop unrolling inside a block
 
-    # -- what an engine defines ----------------------------------------------------------------
-    @abc.abstractmethod
-    def init(self, keys: dict[str, Array], sigma0: float, b0: float, dtype) -> SGDState:
-        """Initial state of SPEC §4 (keys k_h ~ N(0, σ0² I_D), biases b0) for every seed."""
-
+    # -- what an SGD engine defines ------------------------------------------------------------
     @abc.abstractmethod
     def randoms(self, key: Array, frame: Array):
         """The random numbers of one step of one seed, from that step's key."""
@@ -85,16 +111,7 @@ class Engine(eqx.Module):
     ) -> tuple[Array, Array, Array, Array]:
         """One SGD step of one seed: new (frame, keys, b) and the loss before the update."""
 
-    @abc.abstractmethod
-    def observe(self, state: SGDState, base: BaseSamples, test=None) -> Observation:
-        """Order parameters (float64) and risks of every seed."""
-
-    def test_set(self, keys: Array, state: SGDState, n: int | None):
-        """(held-out batch per seed or None, its size): for the exact finite-D loss; engines
-        without one return (None, 0)."""
-        return None, 0
-
-    # -- shared by every engine ----------------------------------------------------------------
+    # -- shared by every SGD engine ----------------------------------------------------------------
     def sgd_update(self, loss_fn, K: Array, b: Array, t) -> tuple[Array, Array, Array]:
         """The SGD rule of SPEC §4 on keys K (H, …) and biases b (H,); returns new K, b, loss."""
         loss, (gK, gb) = jax.value_and_grad(loss_fn, argnums=(0, 1))(K, b)
@@ -114,7 +131,7 @@ class Engine(eqx.Module):
         return SGDState(*out)
 
 
-def _advance_one(engine: Engine, frame, keys, b, fail, train_key, step0, n):
+def _advance_one(engine: SGDEngine, frame, keys, b, fail, train_key, step0, n):
     """Steps step0 … step0+n−1 of one seed, in blocks of ``engine.block`` steps (steps of a block
     outside that range are computed, not applied). A non-finite update freezes the seed.
 
@@ -157,15 +174,16 @@ def _advance_one(engine: Engine, frame, keys, b, fail, train_key, step0, n):
 @float64
 def run(
     engine: Engine,
-    state: SGDState,
+    state,
     train_keys: Array,
     steps: np.ndarray,
     base: BaseSamples,
     test=None,
     progress: Callable[[int, int], None] | None = None,
-) -> tuple[list[Observation], SGDState]:
+) -> tuple[list[Observation], object]:
     """Advance every seed along the recording grid ``steps`` (step 0 first) and observe it at
-    each grid point (as NumPy arrays); ``progress(steps_done, steps_total)`` after each."""
+    each grid point (as NumPy arrays); ``progress(steps_done, steps_total)`` after each. Any
+    engine: SGD or diffusion."""
     obs = []
     done = 0
     for target in steps:

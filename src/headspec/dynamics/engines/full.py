@@ -1,9 +1,9 @@
 """The full engine: finite-D online SGD on D-dimensional keys and tokens (SPEC §3–§4).
 
 Each step draws B fresh sequences (:func:`headspec.core.task.sample_batch`), takes ``jax.grad`` of
-the exact loss Σ_batch |ŷ − y|²/(2D) and applies the update of :class:`.base.Engine`. Its cost per
-step grows like B·L·D (drawing the tokens dominates on a CPU). It also keeps a held-out batch per
-seed, on which the exact finite-D loss is recorded beside the D → ∞ risk.
+the exact loss Σ_batch |ŷ − y|²/(2D) and applies the update of :class:`.base.SGDEngine`. Its cost
+per step grows like B·L·D (drawing the tokens dominates on a CPU). It also keeps a held-out batch
+per seed, on which the exact finite-D loss is recorded beside the D → ∞ risk.
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -33,7 +33,7 @@ from headspec.core.observables import BaseSamples, Observation, population_risk
 from headspec.core.precision import float64
 from headspec.core.stats import sample_mean_se
 from headspec.core.task import Task, make_frame, sample_batch
-from headspec.dynamics.engines.base import Engine, SGDState
+from headspec.dynamics.engines.base import SGDEngine, SGDState
 
 Array = jax.Array
 
@@ -67,7 +67,7 @@ def default_n_test(seeds: int, L: int, D: int, itemsize: int, budget=256 * 2**20
     return int(min(256, budget // (seeds * L * D * itemsize)))
 
 
-class FullEngine(Engine):
+class FullEngine(SGDEngine):
     """Keys (H, D) and tokens (B, L, D) in the full D-dimensional space."""
 
     name: ClassVar[str] = "full"

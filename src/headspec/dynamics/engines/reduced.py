@@ -40,7 +40,7 @@ from headspec.core.attention import loss_finite, predict
 from headspec.core.linalg import bartlett, chi2
 from headspec.core.observables import BaseSamples, Observation, population_risk
 from headspec.core.precision import float64
-from headspec.dynamics.engines.base import Engine, SGDState
+from headspec.dynamics.engines.base import SGDEngine, SGDState
 
 Array = jax.Array
 
@@ -57,7 +57,7 @@ class StepRandoms(NamedTuple):
     theta: Array  # (B, F) latents
 
 
-class ReducedEngine(Engine):
+class ReducedEngine(SGDEngine):
     """Keys and feature directions as coordinates in an orthonormal basis of span(K*, K).
 
     State: ``frame`` (S, F, s) the unit feature directions u_f = k*_f/√D, ``keys`` (S, H, s) the

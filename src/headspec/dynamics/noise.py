@@ -1,0 +1,181 @@
+"""The SGD noise of the order parameters: mean and covariance of one sample's increment.
+
+One SGD sample moves X = (M, Q, b) by ψ/D (SPEC §4–§5), up to O(1/D²), with, for g = ∂ℓ/∂s,
+
+    ψ_M = −η Σ_l g_l ν_lᵀ,   ψ_Q = −η Σ_l (g_l λ_lᵀ + λ_l g_lᵀ) + η² Σ_l g_l g_lᵀ,
+    ψ_b = −η_b Σ_l g_l.
+
+Its mean E ψ is the ODE's drift f(X) (:mod:`headspec.dynamics.ode`); its covariance C(X) = Cov ψ
+sets the size of the fluctuations: over a time dt, D·dt independent samples add up to
+dX = f dt + C^{1/2} dW / √D (:mod:`headspec.dynamics.engines.diffusion`). Both come from the same
+base samples as the drift, with discrete laws exact over their atoms (the covariance includes the
+spread between atoms).
+
+At finite D the increment of one exact SGD step (batch 1) is, with G = XXᵀ/D the L × L Gram matrix
+of the sequence's tokens and ℓ_D(s) = ½ (W(s) − e_ε)ᵀ G (W(s) − e_ε) the exact loss |ŷ − y|²/(2D),
+
+    ψ_M = −η Σ_l g_l ν_lᵀ,   ψ_Q = −η Σ_l (g_l λ_lᵀ + λ_l g_lᵀ) + η² Σ_ll' g_l G_ll' g_l'ᵀ,
+    ψ_b = −η_b Σ_l g_l,      g = ∂ℓ_D/∂s,
+
+exactly: the scores are λ + b at any D, and only G ≠ I distinguishes the finite-D step. In an
+orthonormal basis of span(K*, K) (s = F + H directions, in which a token has the coordinates
+(ν_l, ξ_l) of the base samples, the hidden one shifted by θ) and of the tokens' parts outside it,
+G = (ν νᵀ + ξ ξᵀ)/D + T Tᵀ/D with T Tᵀ ~ Wishart(D − s, I_L) (Bartlett, as in the reduced engine).
+:func:`gram_rest` draws T Tᵀ/D once per base sample (common random numbers); with it,
+:func:`increment_moments` gives the exact mean and covariance of one SGD step's increment at
+dimension D (G → I as D → ∞, which ``gram=None`` takes exactly).
+
+Coordinates: X is flattened to (M row-major, the upper triangle of Q with its diagonal, b), of
+size d = H·F + H(H+1)/2 + H, so that Q stays exactly symmetric under any noise.
+
+Example:
+    >>> import jax, jax.numpy as jnp, numpy as np
+    >>> from headspec.core.latent import Spike
+    >>> from headspec.core.attention import Softmax
+    >>> from headspec.core.observables import BaseSamples
+    >>> from headspec.dynamics.ode import OrderParameters, vector_field
+    >>> law = Spike([2.0])
+    >>> base = BaseSamples.draw(jax.random.key(0), law, L=10, H=2, n=4096)
+    >>> at = OrderParameters(M=jnp.array([[0.5], [0.1]]), Q=jnp.array([[0.5, 0.0], [0.0, 0.2]]),
+    ...                      b=jnp.zeros(2))
+    >>> mom = increment_moments(at, Softmax(), law, base, lr=1.0, lr_b=1.0)
+    >>> mom.root.shape                         # d = H·F + H(H+1)/2 + H = 2 + 3 + 2
+    (7, 7)
+    >>> f = flat_sym(vector_field(at, Softmax(), law, base, 1.0, 1.0))
+    >>> bool(np.allclose(mom.mean, f))        # the mean increment is the ODE's drift
+    True
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from headspec.core.attention import Activation
+from headspec.core.latent import LatentLaw
+from headspec.core.linalg import bartlett, psd_root
+from headspec.core.observables import BaseSamples, sample_loss, token_projections
+from headspec.core.precision import float64
+from headspec.dynamics.ode import OrderParameters
+
+Array = jax.Array
+
+
+def sym_size(H: int, F: int) -> int:
+    """d = H·F + H(H+1)/2 + H: the free coordinates of (M, Q, b) with Q symmetric."""
+    return H * F + H * (H + 1) // 2 + H
+
+
+def flat_sym(state: OrderParameters) -> Array:
+    """(M, Q, b) → (M row-major, upper triangle of Q with its diagonal, b), shape (…, d)."""
+    H = state.Q.shape[-1]
+    iu = jnp.triu_indices(H)
+    lead = state.M.shape[:-2]
+    return jnp.concatenate(
+        [state.M.reshape(*lead, -1), state.Q[..., iu[0], iu[1]], state.b], axis=-1
+    )
+
+
+def unflat_sym(x: Array, H: int, F: int) -> OrderParameters:
+    """The inverse of :func:`flat_sym` for one state (d,) → M (H, F), Q (H, H) symmetric, b (H,)."""
+    k = H * (H + 1) // 2
+    M = x[: H * F].reshape(H, F)
+    iu = jnp.triu_indices(H)
+    U = jnp.zeros((H, H), x.dtype).at[iu].set(x[H * F : H * F + k])
+    Q = U + jnp.triu(U, 1).T
+    return OrderParameters(M, Q, x[H * F + k :])
+
+
+class FiniteGram(NamedTuple):
+    """What a finite D adds to the base samples: the tokens' Gram part outside span(K*, K)."""
+
+    rest: Array  # (n, L, L) T Tᵀ/D, T Tᵀ ~ Wishart(D − F − H, I_L), one per base sample
+    inv_D: Array  # () 1/D
+
+
+@float64
+def gram_rest(key, n: int, L: int, D: int, s: int, copies: int = 1) -> FiniteGram:
+    """T Tᵀ/D for n base samples (T: Bartlett factor with D − s degrees of freedom), repeated
+    ``copies`` times along the sample axis (head-cyclic base samples share it: (n·copies, L, L)).
+    Needs D − s ≥ L."""
+    if D - s < L:
+        raise ValueError(f"the finite-D Gram matrix needs D − s ≥ L, got D = {D}, s = {s}, L = {L}")
+    T = jax.vmap(lambda k: bartlett(k, D - s, L))(jax.random.split(key, n))  # (n, L, L)
+    rest = jnp.einsum("nlk,nmk->nlm", T, T) / D  # (n, L, L)
+    return FiniteGram(jnp.tile(rest, (copies, 1, 1)), jnp.asarray(1.0 / D))
+
+
+def _loss_gram(s: Array, activation: Activation, G: Array) -> Array:
+    """Exact finite-D loss ½ (W − e_0)ᵀ G (W − e_0) for scores s (H, L), hidden token l = 0."""
+    W = activation.token_weights(s)  # (L,)
+    r = W - jax.nn.one_hot(0, W.shape[-1], dtype=W.dtype)  # (L,)
+    return 0.5 * r @ G @ r
+
+
+def _increments(
+    state: OrderParameters, activation, theta, base, eta, eta_b, gram: FiniteGram | None
+) -> Array:
+    """ψ per base sample for latents θ (n, F), flattened as in :func:`flat_sym`: (n, d)."""
+    M, Q, b = state
+    H = Q.shape[0]
+    S = psd_root(Q - M @ M.T)  # (H, H)
+    nu, lam = token_projections(M, S, theta, base)  # (n, L, F), (n, H, L)
+    if gram is None:  # D → ∞: G = I
+        g = jax.vmap(jax.grad(sample_loss), in_axes=(0, None))(lam + b[:, None], activation)
+        g_g = jnp.einsum("nhl,nkl->nhk", g, g)  # (n, H, H)
+    else:
+        G = (
+            jnp.einsum("nlf,nmf->nlm", nu, nu) + jnp.einsum("nlh,nmh->nlm", base.xi, base.xi)
+        ) * gram.inv_D + gram.rest  # (n, L, L) = XXᵀ/D
+        g = jax.vmap(jax.grad(_loss_gram), in_axes=(0, None, 0))(lam + b[:, None], activation, G)
+        g_g = jnp.einsum("nhl,nlm,nkm->nhk", g, G, g)  # (n, H, H)
+    g_nu = jnp.einsum("nhl,nlf->nhf", g, nu)  # (n, H, F)
+    g_lam = jnp.einsum("nhl,nkl->nhk", g, lam)  # (n, H, H)
+    psi_Q = -eta * (g_lam + jnp.swapaxes(g_lam, 1, 2)) + eta**2 * g_g  # (n, H, H)
+    iu = jnp.triu_indices(H)
+    n = g.shape[0]
+    return jnp.concatenate(
+        [(-eta * g_nu).reshape(n, -1), psi_Q[:, iu[0], iu[1]], -eta_b * g.sum(-1)], axis=1
+    )  # (n, d)
+
+
+class IncrementMoments(NamedTuple):
+    """Mean E ψ (d,) (the drift), a root R (d, d) of C = Cov ψ (R Rᵀ = C, R symmetric PSD), and the
+    Monte-Carlo standard error of the noise's size √tr C relative to it (())."""
+
+    mean: Array  # (d,)
+    root: Array  # (d, d)
+    scale_rel_se: Array  # ()
+
+
+@float64
+def increment_moments(
+    state: OrderParameters,
+    activation: Activation,
+    law: LatentLaw,
+    base: BaseSamples,
+    lr,
+    lr_b,
+    factor=1.0,
+    gram: FiniteGram | None = None,
+) -> IncrementMoments:
+    """Mean and covariance root of one sample's increment ψ at ``state`` (learning rates times the
+    schedule's ``factor``), from the base samples; exact over a discrete law's atoms. ``gram``:
+    the finite-D Gram part of every base sample (:func:`gram_rest`); None: D → ∞."""
+    eta, eta_b = lr * factor, lr_b * factor
+    points, weights = law.quadrature(base.theta)  # (A, n, F), (A,)
+    psi = jax.vmap(lambda th: _increments(state, activation, th, base, eta, eta_b, gram))(points)
+    A, n, d = psi.shape
+    w = weights.astype(psi.dtype)[:, None]  # (A, 1)
+    mean = jnp.einsum("a,and->d", weights.astype(psi.dtype), psi) / n  # (d,)
+    Z = (psi - mean) * jnp.sqrt(w / n)[..., None]  # (A, n, d): Σ ZᵀZ = C
+    Z = Z.reshape(A * n, d)
+    C = Z.T @ Z  # (d, d)
+    # relative s.e. of tr C from the spread of the per-sample squared deviations |ψ − ψ̄|²
+    sq = jnp.sum((psi - mean) ** 2, axis=-1)  # (A, n)
+    per = jnp.einsum("a,an->n", weights.astype(psi.dtype), sq)  # (n,) atoms averaged per sample
+    tr = per.mean()
+    tr_se = per.std(ddof=1) / jnp.sqrt(n)
+    return IncrementMoments(mean, psd_root(C), 0.5 * tr_se / jnp.maximum(tr, 1e-300))
