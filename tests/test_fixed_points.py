@@ -103,6 +103,7 @@ def test_e1_common_phase_is_a_fixed_point_and_a_saddle():
     assert unstable and all(m.common < 0.05 for m in unstable)
 
 
+@pytest.mark.slow  # default-suite time budget (~10 min on 2 cores): run with -m slow
 def test_linearisation_predicts_the_escape_from_e1_common_phase():
     """From E1's common-phase fixed point (two softmax heads, head-cyclic samples so that the
     unperturbed heads stay exactly identical), a head difference of 10⁻⁵ along the leading

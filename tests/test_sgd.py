@@ -416,6 +416,7 @@ print(json.dumps({"maxrss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrs
 """
 
 
+@pytest.mark.slow  # default-suite time budget (~10 min on 2 cores): run with -m slow
 def test_memory_does_not_grow_with_the_horizon():
     env = {"JAX_PLATFORMS": "cpu", "PATH": "/usr/bin:/bin"}
     procs = {

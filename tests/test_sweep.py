@@ -423,6 +423,7 @@ def _cleanup(proc):
         os.killpg(proc.pid, signal.SIGKILL)  # orphans, if any
 
 
+@pytest.mark.slow  # default-suite time budget (~10 min on 2 cores): run with -m slow
 def test_sigkill_of_the_sweep_then_rerun_gives_every_point_once(client, tmp_path, jax_cache):
     path = _slow_spec_file(tmp_path)
     proc = _cli_sweep(path, jax_cache)
@@ -449,6 +450,7 @@ def test_sigkill_of_the_sweep_then_rerun_gives_every_point_once(client, tmp_path
     xr.testing.assert_identical(resumed.drop_attrs(), sweep.collect(ref.out).drop_attrs())
 
 
+@pytest.mark.slow  # default-suite time budget (~10 min on 2 cores): run with -m slow
 def test_a_killed_worker_does_not_stop_the_sweep(tmp_path, jax_cache):
     import psutil
 

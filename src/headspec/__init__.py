@@ -8,7 +8,10 @@ Bayes, pruning, analysis) → ``conventions`` (configs → objects, results sche
 The short API for notebooks is imported lazily from here:
 
 - :func:`simulate`, :func:`solve` run a config (``SimulateConfig``, ``TheoryConfig``) and return an
-  xarray result; :func:`load` reads a saved one; :func:`bayes_risk` estimates R_B of a law;
+  xarray result; :func:`save` writes one, :func:`load` reads it back; :func:`bayes_risk` estimates
+  R_B of a law, :func:`run_bayes` the table of ``headspec bayes`` (``BayesRunConfig``);
+- :func:`compare` (simulation vs theory: largest deviations) and :func:`prune_result` (greedy and
+  random head removal from a result) are what ``headspec compare`` and ``headspec prune`` print;
 - :func:`load_config` builds a config from defaults, a TOML file and ``key.path=value`` overrides.
 
 headspec computes in float64 where it must without switching JAX's 64-bit mode on for the
@@ -41,6 +44,9 @@ _LAZY = {
     "load": ("headspec.conventions.results", "load"),
     "save": ("headspec.conventions.results", "save"),
     "bayes_risk": ("headspec.dynamics.bayes", "bayes_risk"),
+    "run_bayes": ("headspec.conventions.runs", "run_bayes"),
+    "compare": ("headspec.dynamics.analysis", "compare"),
+    "prune_result": ("headspec.conventions.runs", "prune_result"),
     "load_config": ("headspec.conventions.config", "load_config"),
     "SimulateConfig": ("headspec.conventions.config", "SimulateConfig"),
     "TheoryConfig": ("headspec.conventions.config", "TheoryConfig"),

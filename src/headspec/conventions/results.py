@@ -16,7 +16,20 @@ axis for Q) and ``atom`` (discrete laws). Variables:
 | failed, fail_step, fail_t | seed | divergence marks (NaN after fail_t) |
 
 Attributes: ``schema_version``, ``kind`` ("simulation" | "theory"), ``config_json`` (the resolved
-config), ``seed``, ``headspec_version``, ``git_revision``, plus per-kind extras.
+config), ``seed``, ``bayes_risk``, ``bayes_risk_se``, ``headspec_version``, ``git_revision``, plus
+per-kind extras. Coordinates: ``seed``, ``t``, ``step`` (on t), ``head``, ``head2``, ``feature``,
+``atom``; ``atoms`` (atom, feature) for discrete laws.
+
+This module owns the schema: :func:`load` checks every file it reads with :func:`validate` —
+the variables, dimensions, coordinates and attributes above, and that ``config_json`` is JSON
+that validates as the config of its kind (SimulateConfig, TheoryConfig) with the file's H and F —
+and refuses anything else with one :class:`ResultError` line naming the file, what is wrong and
+the fix. :func:`validate` also knows the other netCDF files headspec writes, so that giving one
+where a result is expected is named as such: ``kind = "saddles"`` (headspec.conventions.saddles)
+and ``kind = "sweep"`` (a collected sweep, headspec.apps.sweep.collect).
+
+:func:`dynamics_differences` lists the settings in which two results' configs differ that decide
+their dynamics (compared by `headspec compare` and `plot --theory`).
 """
 
 from __future__ import annotations
@@ -31,7 +44,62 @@ from headspec.conventions.io import write_atomic
 from headspec.conventions.provenance import run_metadata
 
 SCHEMA_VERSION = 1
-KINDS = ("simulation", "theory")
+RUN_KINDS = ("simulation", "theory")  # the results of simulate and theory (this schema)
+KINDS = RUN_KINDS
+_DESCRIBED = {
+    "simulation": "a simulation result (headspec simulate)",
+    "theory": "a theory result (headspec theory)",
+    "saddles": "a saddles file (headspec saddles)",
+    "sweep": "a collected sweep (headspec sweep)",
+}
+_FIX = {
+    "simulation": "give a file written by headspec simulate",
+    "theory": "give a file written by headspec theory",
+    "saddles": "give a file written by headspec saddles",
+    "sweep": "give the sweep.nc written by headspec sweep (or headspec sweep collect)",
+}
+
+# required variables of each kind → their dimensions
+_RUN_VARIABLES = {
+    "risk": ("seed", "t"),
+    "risk_se": ("seed", "t"),
+    "risk_by_atom": ("seed", "t", "atom"),
+    "test_risk": ("seed", "t"),
+    "test_risk_se": ("seed", "t"),
+    "test_risk_by_atom": ("seed", "t", "atom"),
+    "M": ("seed", "t", "head", "feature"),
+    "Q": ("seed", "t", "head", "head2"),
+    "b": ("seed", "t", "head"),
+    "cos": ("seed", "t", "head", "feature"),
+    "failed": ("seed",),
+    "fail_step": ("seed",),
+    "fail_t": ("seed",),
+}
+_RUN_COORDS = {
+    "seed": ("seed",),
+    "t": ("t",),
+    "step": ("t",),
+    "head": ("head",),
+    "head2": ("head2",),
+    "feature": ("feature",),
+    "atom": ("atom",),
+}
+_RUN_ATTRS = ("schema_version", "kind", "config_json", "seed", "bayes_risk", "bayes_risk_se")
+_SADDLES_VARIABLES = {
+    **{v: ("saddle",) for v in ("t_start", "t_end", "t_polish", "level", "risk", "max_z")},
+    **{v: ("saddle",) for v in ("n_unstable", "n_zero", "lead_rate", "lead_se", "escape_time")},
+    "group": ("saddle", "head"),
+    "M": ("saddle", "head", "feature"),
+    "Q": ("saddle", "head", "head2"),
+    "b": ("saddle", "head"),
+    "eig_real": ("saddle", "mode"),
+    "eig_se": ("saddle", "mode"),
+    "mode_features": ("saddle", "mode", "feature"),
+    "traj_risk": ("t",),
+}
+_SADDLES_ATTRS = ("kind", "D", "seed", "source_kind", "config_json")
+_SWEEP_ATTRS = ("kind", "sweep_kind", "spec_json", "axes", "points", "points_finished")
+_SWEEP_VARIABLES = ("status", "config_json", "bayes_risk", "risk", "M", "Q", "b")  # + axes dims
 
 
 class ResultError(ValueError):
@@ -111,8 +179,9 @@ def save(ds: xr.Dataset, path: str | Path) -> Path:
     )
 
 
-def load(path: str | Path) -> xr.Dataset:
-    """Read a result and check its schema; raises :class:`ResultError` with the reason."""
+def load(path: str | Path, kinds: tuple[str, ...] = RUN_KINDS) -> xr.Dataset:
+    """Read a headspec netCDF file of one of ``kinds`` and check its schema (:func:`validate`);
+    raises :class:`ResultError` with one line naming the file, the reason and the fix."""
     path = Path(path)
     if path.is_dir():
         raise ResultError(f"{str(path)!r} is a folder, not a result file; fix: give the .nc file")
@@ -122,21 +191,234 @@ def load(path: str | Path) -> xr.Dataset:
         ds = xr.load_dataset(path, engine="h5netcdf")
     except Exception as e:  # corrupt or not netCDF
         raise ResultError(
-            f"{path} is not a readable netCDF result ({type(e).__name__}: {e}); fix: give a file "
-            "written by headspec simulate or theory"
+            f"{path} is not a readable netCDF result ({type(e).__name__}: {_one_line(e)}); fix: "
+            "give a file written by headspec simulate or theory"
         ) from None
-    version = ds.attrs.get("schema_version")
-    if version is None or ds.attrs.get("kind") not in KINDS:
-        raise ResultError(
-            f"{path} is not a headspec result (no schema_version/kind attributes); fix: give a "
-            f"file written by headspec simulate or theory"
-        )
-    if int(version) != SCHEMA_VERSION:
-        raise ResultError(
-            f"{path} has result schema {int(version)}, this headspec reads schema "
-            f"{SCHEMA_VERSION}; fix: re-run it with this version, or use the headspec that made it"
-        )
+    validate(ds, str(path), kinds)
     return ds
+
+
+def validate(ds: xr.Dataset, where: str = "the dataset", kinds=tuple(_DESCRIBED)) -> None:
+    """Check a dataset against the schema of its ``kind`` (one of ``kinds``); raises
+    :class:`ResultError` naming ``where``, what is missing or wrong, and the fix."""
+    kind = ds.attrs.get("kind")
+    wanted = " or ".join(k for k in kinds)
+    if (
+        not isinstance(kind, str)
+        or kind not in _DESCRIBED
+        or (kind in RUN_KINDS and "schema_version" not in ds.attrs)
+    ):
+        raise ResultError(
+            f"{where} is not a headspec result (no schema_version/kind attributes); fix: give a "
+            f"file written by headspec {'simulate or theory' if kinds == RUN_KINDS else wanted}"
+        )
+    if kind not in kinds:
+        want = " or ".join(_DESCRIBED[k].split(" (")[0] for k in kinds)
+        raise ResultError(
+            f"{where} is {_DESCRIBED[kind]}, not {want}; fix: "
+            + ("give a file written by headspec simulate or theory"
+               if kinds == RUN_KINDS else _FIX[kinds[0]])
+        )  # fmt: skip
+    if kind in RUN_KINDS:
+        try:
+            version = int(ds.attrs["schema_version"])
+        except (TypeError, ValueError):
+            version = None
+        if version != SCHEMA_VERSION:
+            raise ResultError(
+                f"{where} has result schema {ds.attrs['schema_version']}, this headspec reads "
+                f"schema {SCHEMA_VERSION}; fix: re-run it with this version, or use the headspec "
+                "that made it"
+            )
+    problem = _schema_problem(ds, kind)
+    if problem is not None:
+        raise ResultError(
+            f"{where} is not a complete {_DESCRIBED[kind].split(' (')[0][2:]}: {problem}; fix: "
+            f"{_FIX[kind]} (a file cut short or edited by hand must be written again)"
+        )
+
+
+def _schema_problem(ds: xr.Dataset, kind: str) -> str | None:
+    """What is missing or wrong in a dataset of ``kind``, or None."""
+    if kind in RUN_KINDS:
+        need = {**_RUN_VARIABLES, **_RUN_COORDS}
+        attrs = _RUN_ATTRS
+    elif kind == "saddles":
+        need, attrs = _SADDLES_VARIABLES, _SADDLES_ATTRS
+    else:
+        need, attrs = {}, _SWEEP_ATTRS
+    for a in attrs:
+        if a not in ds.attrs:
+            return f"attribute {a!r} is missing"
+    for name, dims in need.items():
+        if name not in ds.variables:
+            return f"variable {name!r} is missing"
+        if ds[name].dims != dims:
+            return f"variable {name!r} has dimensions {ds[name].dims}, not {dims}"
+        if not np.issubdtype(ds[name].dtype, np.number):
+            return f"variable {name!r} is not numeric ({ds[name].dtype})"
+    if kind == "sweep":
+        return _sweep_problem(ds)
+    for d in ("head", "feature") + (("seed", "t") if kind in RUN_KINDS else ()):
+        if ds.sizes[d] < 1:
+            return f"dimension {d!r} is empty"
+    if ds.sizes["head2"] != ds.sizes["head"]:
+        return f"head2 has {ds.sizes['head2']} entries but head has {ds.sizes['head']}"
+    t = np.asarray(ds["t"].values, dtype=float)
+    if not (np.isfinite(t).all() and (np.diff(t) > 0).all()):
+        return "the time coordinate t is not finite and increasing"
+    source = kind if kind in RUN_KINDS else ds.attrs["source_kind"]
+    return _config_problem(ds.attrs["config_json"], source, ds.sizes["head"], ds.sizes["feature"])
+
+
+def _sweep_problem(ds: xr.Dataset) -> str | None:
+    """What is wrong in a collected sweep beyond its attributes, or None."""
+    try:
+        axes = json.loads(ds.attrs["axes"])
+        json.loads(ds.attrs["spec_json"])
+    except (TypeError, ValueError) as e:
+        return f"its axes/spec_json attributes are not JSON ({_one_line(e)})"
+    if not (isinstance(axes, list) and axes and all(isinstance(a, str) for a in axes)):
+        return "its axes attribute is not a list of axis names"
+    kind = {"simulate": "simulation", "theory": "theory"}.get(ds.attrs["sweep_kind"])
+    if kind is None:
+        return f"sweep_kind {ds.attrs['sweep_kind']!r} is neither 'simulate' nor 'theory'"
+    for name in _SWEEP_VARIABLES:
+        if name not in ds.variables:
+            return f"variable {name!r} is missing"
+        if tuple(ds[name].dims[: len(axes)]) != tuple(axes):
+            return f"variable {name!r} does not start with the axes {tuple(axes)}"
+    for status, text in zip(ds["status"].values.ravel(), ds["config_json"].values.ravel(),
+                            strict=True):  # fmt: skip
+        if str(status) in ("done", "diverged"):
+            problem = _config_problem(text, kind)
+            if problem is not None:
+                return f"a finished point's {problem}"
+    return None
+
+
+def _config_problem(text, kind: str, H: int | None = None, F: int | None = None) -> str | None:
+    """What is wrong with a recorded ``config_json`` of a ``kind`` run, or None."""
+    from pydantic import ValidationError
+
+    from headspec.conventions.config import SimulateConfig, TheoryConfig, format_validation_error
+
+    model = TheoryConfig if kind == "theory" else SimulateConfig
+    try:
+        raw = json.loads(text)
+    except (TypeError, ValueError) as e:
+        return f"config_json is not JSON ({_one_line(e)})"
+    if not isinstance(raw, dict):
+        return "config_json is not a JSON object (a config table)"
+    try:
+        cfg = model.model_validate(raw)
+    except ValidationError as e:
+        first = format_validation_error(e, model).splitlines()[0].split("; fix:")[0]
+        return f"config_json is not a valid {model.__name__} ({first})"
+    if H is not None and cfg.model.H != H:
+        return f"config_json has model.H = {cfg.model.H} but the file has {H} heads"
+    if F is not None and cfg.task.latent.F != F:
+        return f"config_json has F = {cfg.task.latent.F} latent features but the file has {F}"
+    return None
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split())
+
+
+def dynamics_differences(a, b) -> list[str]:
+    """The settings that decide the dynamics in which two run configs (SimulateConfig or
+    TheoryConfig) differ, as ``"key: a vs b"`` lines; empty if they match.
+
+    Compared: task.L and task.latent (law, parameters, scale), model.H, model.activation,
+    model.aggregation and model.b0 (defaults resolved), model.sigma0, train.lr, train.lr_b (= lr
+    unless given) and train.schedule. Free to differ: task.D (a simulation's finite D against
+    the theory's D → ∞, where D only sets the perturbed initial state), task.frame, train.T,
+    train.batch (the ODE does not depend on it), train.dtype/engine, record.*, seeds and theory.*.
+    """
+    from headspec.core.attention import default_bias, get_activation
+
+    def settings(c) -> dict:
+        m, tr = c.model, c.train
+        return {
+            "task.L": c.task.L,
+            "task.latent": c.task.latent.model_dump(mode="json"),
+            "model.H": m.H,
+            "model.activation": m.activation,
+            "model.aggregation": get_activation(m.activation, m.aggregation).aggregation,
+            "model.sigma0": m.sigma0,
+            "model.b0": default_bias(m.activation, m.H, c.task.L) if m.b0 is None else m.b0,
+            "train.lr": tr.lr,
+            "train.lr_b": tr.lr if tr.lr_b is None else tr.lr_b,
+            "train.schedule": tr.schedule.model_dump(mode="json"),
+        }
+
+    sa, sb = settings(a), settings(b)
+    return [f"{k}: {_short(sa[k])} vs {_short(sb[k])}" for k in sa if not _same(sa[k], sb[k])]
+
+
+def _same(x, y) -> bool:
+    if isinstance(x, float | int) and isinstance(y, float | int):
+        return bool(np.isclose(x, y, rtol=1e-12, atol=0))
+    return x == y
+
+
+def _short(v) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    text = json.dumps(v, ensure_ascii=False) if isinstance(v, dict | list) else repr(v)
+    return text if len(text) <= 80 else text[:77] + "…"
+
+
+TRIVIAL_RISK = 0.5  # ŷ = 0, also the best constant predictor, as D → ∞ (SPEC §4)
+
+
+def final_risk_alarms(ds: xr.Dataset) -> tuple[list[str], list[str]]:
+    """What a command must say about the final estimates of a result it wrote:
+    ``(warnings, errors)``, each a list of one-line messages.
+
+    Errors (the command exits 3): a NaN final risk of a seed not marked as diverged (a marked
+    one is reported as a divergence), a NaN Bayes risk. Warnings: seeds whose final risk is
+    above the trivial predictors' by more than 3 s.e. — ŷ = 0, which is also the best constant
+    predictor, has risk ½ as D → ∞ — so the run learned worse than nothing.
+    """
+    warnings, errors = [], []
+    seeds = [int(s) for s in ds.seed.values]
+    failed = np.asarray(ds.failed.values, dtype=bool)
+    last = ds.isel(t=-1)
+    r, se = np.asarray(last.risk.values, float), np.asarray(last.risk_se.values, float)
+    nan = [s for s, f, x in zip(seeds, failed, r, strict=True) if not f and not np.isfinite(x)]
+    if nan:
+        errors.append(
+            f"the final risk of seed(s) {nan} is NaN, though no divergence was detected "
+            "(non-finite numbers in the estimate); fix: check the latent law's size "
+            "(task.latent.scale, its atoms or means) and lower train.lr"
+        )
+    rb = ds.attrs.get("bayes_risk")
+    if rb is not None and not np.isfinite(float(rb)):
+        errors.append(
+            "the Bayes risk R_B is NaN (non-finite numbers in its Monte-Carlo estimate), likely "
+            "a latent law too large for float64; fix: use moderate atoms, means or "
+            "task.latent.scale"
+        )
+    bad = np.isfinite(r) & (r - 3 * np.nan_to_num(se) > TRIVIAL_RISK)
+    if bad.any():
+        which = [s for s, b in zip(seeds, bad, strict=True) if b]
+        ends = ", ".join(f"{x:.4g}" for x in r[bad])
+        r0 = np.asarray(ds.risk.isel(t=0).values, float)[bad]
+        lr = ds.attrs.get("lr", "?")
+        lr = f"{lr:g}" if isinstance(lr, float | int | np.floating) else lr
+        if np.all(r[bad] > r0):  # worse than at the start: the steps themselves do harm
+            why = f"it rose during training, so the learning rate (train.lr = {lr}) is likely "
+            why += "too large; fix: lower train.lr"
+        else:
+            why = "fix: train longer (train.T) or check the learning rate (train.lr = "
+            why += f"{lr}) and the model"
+        warnings.append(
+            f"seed(s) {which} end at risk {ends}, worse than predicting ŷ = 0 (risk "
+            f"{TRIVIAL_RISK}, the best constant predictor): this run learned nothing useful; " + why
+        )
+    return warnings, errors
 
 
 def simulation_states(path, seeds, H: int, F: int):
@@ -144,9 +426,7 @@ def simulation_states(path, seeds, H: int, F: int):
     :class:`~headspec.dynamics.initial.Given` initial state of the ODE."""
     from headspec.dynamics.initial import Given
 
-    ds = load(path)
-    if ds.attrs["kind"] != "simulation":
-        raise ValueError(f"{path} is a {ds.attrs['kind']} result; fix: give a simulation result")
+    ds = load(path, kinds=("simulation",))
     if ds.sizes["head"] != H or ds.sizes["feature"] != F:
         raise ValueError(
             f"{path} has H = {ds.sizes['head']}, F = {ds.sizes['feature']} but the theory config "

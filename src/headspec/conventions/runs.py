@@ -150,23 +150,38 @@ def assemble(kind, cfg, law, ts, steps, seed_ids, obs, fail_step, fail_t, extra)
 
 
 def divergence_message(ds, seed_index: int) -> str:
-    """Human explanation of a diverged seed."""
+    """Human explanation of a diverged seed: where, and the likely cause — settings far beyond
+    the usual ones (:func:`~headspec.conventions.config.schema.unusual_settings`) first, then the
+    learning rate."""
+    from headspec.conventions.config.schema import unusual_settings
+
     lr = ds.attrs.get("lr", "?")
     step = int(ds.fail_step[seed_index])
     t = float(ds.fail_t[seed_index])
+    try:
+        causes = unusual_settings(config_model(ds))
+    except (ValueError, KeyError, TypeError):  # a result without a readable config
+        causes = []
+    cause = (
+        f"likely cause: {'; '.join(causes)} — bring it back to the usual size; otherwise the "
+        f"learning rate (train.lr = {lr}) is too large — lower train.lr (or train.lr_b)"
+        if causes
+        else f"the learning rate (train.lr = {lr}) is likely too large — lower train.lr (or "
+        f"train.lr_b)"
+    )
     return (
         f"seed {int(ds.seed[seed_index])} diverged at step {step} (t = {t:.4g}): the loss, "
-        f"biases or key norms became non-finite; the learning rate (train.lr = {lr}) is "
-        f"likely too large — lower train.lr (or train.lr_b); its results stop at t = {t:.4g}"
+        f"biases or key norms became non-finite; {cause}; its results stop at t = {t:.4g}"
     )
 
 
 @float64
-def run_bayes(cfg) -> dict:
+def run_bayes(cfg, progress: Callable[[int, int], None] | None = None) -> dict:
     """Bayes risk and reference risks for a :class:`~headspec.conventions.config.BayesRunConfig`.
 
     Returns a JSON-ready dict: resolved config, seed, provenance and one row per predictor
     (risk, standard error, and excess risk over R_B with its paired standard error).
+    ``progress(sequences_done, samples)`` is called after each Monte-Carlo chunk.
     """
     from headspec.conventions.provenance import run_metadata
 
@@ -182,6 +197,7 @@ def run_bayes(cfg) -> dict:
         D=cfg.task.D,
         frame=cfg.task.frame,
         return_samples=True,
+        progress=progress,
     )
     rows = []
     for name, (pred, desc) in refs.items():

@@ -24,7 +24,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import equinox as eqx
 import jax
@@ -150,12 +150,14 @@ def estimate_risks(
     frame: str = "random",
     chunk: int | None = None,
     return_samples: bool = False,
+    progress: Callable[[int, int], None] | None = None,
 ):
     """Risks of several predictors on the same n samples: {name: MCEstimate}.
 
     With ``return_samples=True`` also returns {name: per-sample losses (n,)} (for paired tests).
-    The finite route needs ``D`` and works in chunks of ``chunk`` sequences (default: about
-    2·10^7 numbers per chunk).
+    Both routes work in chunks of ``chunk`` sequences (default: about 2·10^6 numbers per chunk for
+    the projected route, 2·10^7 for the finite one); ``progress(sequences_done, n)`` is called
+    after each chunk.
     """
     if not predictors:
         raise ValueError("give at least one predictor")
@@ -179,7 +181,11 @@ def estimate_risks(
         raise ValueError(f"route must be 'projected' or 'finite', got {route!r}")
 
     n_chunks = -(-n // chunk)
-    parts = [np.asarray(one(jax.random.fold_in(key, i))) for i in range(n_chunks)]
+    parts = []
+    for i in range(n_chunks):
+        parts.append(np.asarray(one(jax.random.fold_in(key, i))))
+        if progress is not None:
+            progress(min((i + 1) * chunk, n), n)
     samples = np.concatenate(parts, axis=1)[:, :n]  # (P, n)
     est = {name: MCEstimate.of(samples[i]) for i, name in enumerate(names)}
     if return_samples:

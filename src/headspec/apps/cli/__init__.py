@@ -37,7 +37,14 @@ def version_callback(value: bool):
         raise typer.Exit()
 
 
-@app.callback()
+EXIT_CODES = (
+    "Exit codes: 0 success; 1 part of the work failed, the rest done (reproduce, sweep); "
+    "2 bad input, refused before any work, nothing written; 3 diverged or NaN (simulate, theory, "
+    "bayes, sweep); 130 interrupted."
+)
+
+
+@app.callback(epilog=EXIT_CODES)
 def _root(
     version: Annotated[
         bool,

@@ -25,18 +25,64 @@ from headspec.apps.cli.figures import (
     write_result_figures,
 )
 
+ForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force",
+        help="Go on when the two files' task, model or learning rates differ (a warning, not a "
+        "refusal).",
+    ),
+]
+
+
+def check_same_dynamics(a, b, a_path: Path, b_path: Path, force: bool) -> None:
+    """Refuse two results of different numbers of heads or features; refuse (warn with
+    ``force``) two whose settings that decide the dynamics differ
+    (headspec.conventions.results.dynamics_differences; task.D may differ)."""
+    from headspec.conventions.results import dynamics_differences
+    from headspec.conventions.runs import config_model
+
+    if a.sizes["head"] != b.sizes["head"] or a.sizes["feature"] != b.sizes["feature"]:
+        fail(f"{a_path} has H = {a.sizes['head']}, F = {a.sizes['feature']} but {b_path} has "
+             f"H = {b.sizes['head']}, F = {b.sizes['feature']}; fix: compare runs of the same "
+             "model and latent law")  # fmt: skip
+    diffs = dynamics_differences(config_model(a), config_model(b))
+    if not diffs:
+        return
+    what = f"{a_path} and {b_path} were run with different settings: " + "; ".join(diffs)
+    if not force:
+        fail(
+            f"{what}; fix: compare runs of the same task, model and learning rates (e.g. "
+            f"headspec theory --init-from {a_path}), or add --force to compare them anyway"
+        )
+    err.print(
+        f"warning: {what} (compared anyway: --force)",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+        style="yellow",
+    )
+
 
 @app.command()
 def compare(
-    sim: Annotated[Path, typer.Argument(help="A simulation result.")],
-    theory_file: Annotated[Path, typer.Argument(help="A theory result.")],
+    sim: Annotated[Path, typer.Argument(metavar="SIM.nc", help="A simulation result.")],
+    theory_file: Annotated[
+        Path, typer.Argument(metavar="THEORY.nc", help="A theory result of the same settings.")
+    ],
     until: Annotated[
         float | None, typer.Option("--until", help="Compare only up to this time.")
     ] = None,
     out_dir: FiguresDirOpt = None,
     formats: FormatsOpt = None,
+    force: ForceOpt = False,
 ):
-    """Overlay a simulation and a theory (risk and overlaps) and print the largest deviations."""
+    """Overlay a simulation and a theory (risk and overlaps) and print the largest deviations.
+
+    SIM must be a result of `headspec simulate` and THEORY one of `headspec theory`, run with the
+    same task, model and learning rates (task.D may differ: the theory is D → ∞); files that
+    differ in these settings are refused unless --force.
+    """
     import math
 
     from headspec.conventions import results
@@ -50,19 +96,27 @@ def compare(
         s_ds, t_ds = results.load(sim), results.load(theory_file)
     except results.ResultError as e:
         fail(str(e))
-    if s_ds.sizes["head"] != t_ds.sizes["head"] or s_ds.sizes["feature"] != t_ds.sizes["feature"]:
-        fail("the two results have different numbers of heads or features; fix: compare runs "
-             "of the same model")  # fmt: skip
+    kinds = (s_ds.attrs["kind"], t_ds.attrs["kind"])
+    if kinds == ("theory", "simulation"):
+        fail(f"compare takes the simulation first, then the theory; fix: headspec compare "
+             f"{theory_file} {sim}")  # fmt: skip
+    if kinds != ("simulation", "theory"):
+        path, want = (sim, "simulation") if kinds[0] != "simulation" else (theory_file, "theory")
+        fail(f"{path} is a {kinds[path is theory_file]} result, but compare needs a {want} "
+             f"result there (compare SIM.nc THEORY.nc: a simulation and a theory); fix: give a "
+             f"{want} result, e.g. from headspec theory --init-from SIM.nc")  # fmt: skip
+    check_same_dynamics(s_ds, t_ds, sim, theory_file, force)
     dev = compare_results(s_ds, t_ds, until=until)
     window = "" if until is None else f" for t ≤ {until:g}"
     table = Table(title=f"largest deviation, simulation − theory{window}")
-    for col in ("quantity", "max |Δ|", "at t", "note"):
-        table.add_column(col)
+    for col in ("quantity", "max |Δ|", "at t"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("note")
     for q, d in dev.items():
         val = f"{100 * d['max_dev']:.2f} %" if d["relative"] else f"{d['max_dev']:.4f}"
         note = "relative to theory" if d["relative"] else "absolute, worst entry"
         if "sim_se" in d:
-            note += f"; s.e. of the simulation mean {d['sim_se']:.4f}"
+            note += f" (s.e. of the sim. mean {d['sim_se']:.4f})"
         table.add_row(q, val, f"{d['t']:.4g}", note)
     out.print(table)
     folder = out_dir or sim.parent
@@ -91,8 +145,10 @@ def prune(
         typer.Option("--out-dir", "-o", help="Folder for the figure (default: beside)."),
     ] = None,
 ):
-    """Risk after removing heads from the final state, greedily (fewest harm first) and in random
-    orders, for every number of heads kept (SPEC §7 E5)."""
+    """Risk after removing heads from the final state, for every number of heads kept.
+
+    Heads are removed greedily (the least harmful first) and in random orders (SPEC §7 E5).
+    """
     import numpy as np
 
     from headspec.apps.plots import plot_prune
@@ -100,12 +156,13 @@ def prune(
 
     ds, i = load_result_seed(result, seed)
     seeds = [int(s) for s in ds.seed.values]
+    _check_prune_size(ds, n, random_orders)
     check_output_dir(out_dir or result.parent)
     with err.status("pruning…"):
         res = prune_result(ds, seed_index=i, n=n, random_orders=random_orders)
     table = Table(title=f"pruning seed {seeds[i]} of {result.name} at t = {float(ds.t[-1]):g}")
     for col in ("heads kept", "greedy risk", "head removed", "random orders: mean risk"):
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="right", no_wrap=True)
     g = res["greedy"]
     for k, nh in enumerate(res["n_heads"]):
         rnd = [p["risk"][k] for p in res["random"]]
@@ -123,14 +180,36 @@ def prune(
     write_figures(folder, result.stem, [("prune", fig)], ("png",))
 
 
+def _check_prune_size(ds, n: int, random_orders: int) -> None:
+    """Refuse --n or --random-orders whose memory this machine does not have, before any work."""
+    from headspec.conventions import results
+    from headspec.conventions.budget import check_memory, estimate_prune
+    from headspec.conventions.config import ConfigError
+
+    L = int(results.config_of(ds).get("task", {}).get("L", 10))
+    sizes = ds.sizes
+    est = estimate_prune(
+        n, L, sizes["head"], sizes["feature"], sizes.get("atom", 1) or 1, random_orders
+    )
+    try:
+        check_memory(est)
+    except ConfigError as e:
+        fail(str(e))
+
+
 @app.command("plot")
 def plot_cmd(
     result: ResultArg,
     out_dir: FiguresDirOpt = None,
     formats: FormatsOpt = None,
     theory: Annotated[
-        Path | None, typer.Option("--theory", help="A theory result to overlay.")
+        Path | None,
+        typer.Option(
+            "--theory",
+            help="A theory result to overlay (same task, model and learning rates as RESULT).",
+        ),
     ] = None,
+    force: ForceOpt = False,
 ):
     """Figures of a result: risk vs t, cosine overlaps per head and feature, head similarity."""
     from headspec.conventions import results
@@ -141,6 +220,11 @@ def plot_cmd(
         th = results.load(theory) if theory is not None else None
     except results.ResultError as e:
         fail(str(e))
+    if th is not None:
+        if th.attrs["kind"] != "theory":
+            fail(f"--theory {theory} is a {th.attrs['kind']} result; fix: give a result of "
+                 "headspec theory")  # fmt: skip
+        check_same_dynamics(ds, th, result, theory, force)
     folder = out_dir or result.parent
     check_output_dir(folder)
     write_result_figures(ds, folder, result.stem, fmts, theory=th)

@@ -29,10 +29,34 @@ app = typer.Typer(
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,
+    rich_markup_mode="markdown",  # docstring paragraphs are re-flowed, not broken mid-sentence
 )
 out = Console()
 err = Console(stderr=True)
+
+
+def _flags_without_type() -> None:
+    """Show flags (``--plot/--no-plot``, ``--force``, ``--help``) in ``--help`` without a type.
+
+    Recent Typer versions print ``<bool>`` beside every flag, which reads as if it took a value
+    (``--plot true``, which is then refused); a flag takes none. Applied once, to Typer's option
+    class (there is no per-app setting); a Typer without that method is left as it is.
+    """
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "_flags_without_type", False):
+        return
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich._flags_without_type = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_without_type()
 
 
 def fail(message: str, code: int = 2):
@@ -86,12 +110,15 @@ def load_or_fail(
     out_path: Path | None,
     base: dict | None = None,
 ):
-    """The validated config, or exit 2 with its message; then refuse a bad output path — both
-    before any work."""
+    """The validated config, or exit 2 with its message; then refuse a run that cannot fit in
+    memory or never ends (headspec.conventions.budget) and a bad output path — all before any
+    work."""
+    from headspec.conventions.budget import check_budget
     from headspec.conventions.config import ConfigError, load_config
 
     try:
         cfg = load_config(model, config, overrides, base=base)
+        check_budget(cfg)
     except ConfigError as e:
         fail(str(e))
     check_output_path(out_path)
@@ -157,6 +184,24 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
+def banner(head: str, parts: Iterable[str]) -> None:
+    """Print ``head: part, part, …`` on stderr, wrapped between parts — never inside one, so that
+    ``η = 0.5`` or ``D = 1000`` stay whole — to the width of the terminal."""
+    from rich.cells import cell_len
+
+    parts = list(parts)
+    lines, line = [], f"{head}:"
+    for i, part in enumerate(parts):
+        piece = part + ("," if i < len(parts) - 1 else "")
+        if cell_len(line) + 1 + cell_len(piece) > err.width and line.strip():
+            lines.append(line)
+            line = " " + piece
+        else:
+            line += " " + piece
+    lines.append(line)
+    err.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+
+
 def counted(unit: str) -> str:
     """The ``count_text`` of a bar that counts whole things: ``1,200/5,000 steps``."""
     return "{task.completed:,}/{task.total:,} " + unit
@@ -174,7 +219,8 @@ SetOpt = Annotated[
         "--set",
         "-s",
         help="Override a config key, repeatable: --set task.L=20 "
-        "--set 'task.latent={kind=\"spike\", a=[3.0]}'. Values are TOML values.",
+        "--set 'task.latent={kind=\"spike\", a=[3.0]}'. Values are TOML values (a bare word "
+        "such as softmax1 only where the key takes text).",
     ),
 ]
 HOpt = Annotated[int | None, typer.Option("--H", help="Heads (model.H).")]

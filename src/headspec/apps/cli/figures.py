@@ -36,11 +36,14 @@ def check_formats(formats: list[str] | None) -> tuple[str, ...]:
 
 
 def write_figures(folder: Path, stem: str, figures: Iterable[tuple[str, object]], fmts) -> None:
-    """Save each ``(name, figure)`` as ``folder/{stem}_{name}.{fmt}`` for every format."""
+    """Save each ``(name, figure)`` as ``folder/{stem}_{name}.{fmt}`` for every format
+    (atomically, headspec.apps.plots.write_figure)."""
+    from headspec.apps.plots import write_figure
+
     for name, fig in figures:
         for fmt in fmts:
             path = folder / f"{stem}_{name}.{fmt}"
-            fig.savefig(path, format=fmt, dpi=150)
+            write_figure(fig, path, fmt, dpi=150)
             out.print(f"wrote {path}")
 
 

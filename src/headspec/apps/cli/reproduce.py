@@ -21,9 +21,11 @@ def reproduce(
         str | None, typer.Option("--only", help="Comma-separated experiments, e.g. E1,E3.")
     ] = None,
 ):
-    """Reproduce the paper's findings E1–E6 (SPEC §7) and write report/index.md and index.html:
-    a claims table with the measured number behind each claim, figures, the environment and
-    every config used. A failing experiment is reported; the others still run."""
+    """Reproduce the paper's findings E1–E6 (SPEC §7) in a report (index.md and index.html).
+
+    The report has a claims table with the measured number behind each claim, figures, the
+    environment and every config used. A failing experiment is reported; the others still run.
+    """
     from headspec.apps.experiments import EXPERIMENT_FILES
     from headspec.apps.experiments import reproduce as run_all
 
@@ -45,8 +47,8 @@ def reproduce(
 
         outcomes = run_all(scale=scale, outdir=out_dir, only=ids, progress=progress)
     table = Table(title=f"claims ({scale} scale)")
-    for col in ("exp.", "claim", "value", "holds"):
-        table.add_column(col)
+    for col in ("exp.", "claim", "value", "holds"):  # the text columns wrap at words
+        table.add_column(col, no_wrap=col in ("exp.", "holds"))
     for o in outcomes:
         if o.error:
             table.add_row(o.id, "(experiment failed)", o.error.splitlines()[0], "NO")

@@ -1,8 +1,9 @@
 """Commands that compute: `bayes` (Bayes-optimal risk), `simulate` (SGD), `theory` (the ODE).
 
 `simulate` and `theory` write a result file of the same schema (headspec.conventions.results)
-and end alike (``_finish``: save, summary table, figures on request); exit 3 if a seed diverged
-or failed.
+and end alike (``_finish``: save, summary table, figures on request, a loud warning when the
+final risk is worse than ŷ = 0); exit 3 if a seed diverged or failed or an estimate is NaN
+(`bayes` too, and then it writes no file).
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ from headspec.apps.cli.common import (
     SetOpt,
     _overrides,
     app,
+    banner,
     counted,
     err,
     fail,
     load_or_fail,
+    load_result_seed,
     out,
     plural,
     progress_bar,
@@ -79,12 +82,29 @@ def bayes(
 
     from headspec.conventions.runs import run_bayes
 
-    with err.status(f"estimating risks on {cfg.bayes.samples:,} sequences…"):
-        res = run_bayes(cfg)
+    with progress_bar(counted("sequences")) as bar:
+        job = bar.add_task("compiling…", total=cfg.bayes.samples)
+
+        def progress(done, total):
+            bar.update(job, completed=done, total=total, description="estimating risks")
+
+        res = run_bayes(cfg, progress=progress)
     out.print(_risk_table(cfg, res))
+    keys = ("risk", "se", "excess_over_bayes", "excess_se")
+    nan = [r["description"] for r in res["results"] if not all(_finite(r[k]) for k in keys)]
+    if nan:  # a NaN estimate is no result: say so, exit 3, write no file
+        fail(f"NaN estimates for {', '.join(nan)}: non-finite numbers in the Monte-Carlo "
+             "sums, likely a latent law too large for float64; no file written; fix: use "
+             "moderate atoms, means or task.latent.scale", code=3)  # fmt: skip
     if json_out is not None:
         write_json_atomic(json_out, res)
         out.print(f"wrote {json_out}")
+
+
+def _finite(x) -> bool:
+    import math
+
+    return x is not None and math.isfinite(x)
 
 
 def _risk_table(cfg: BayesRunConfig, res: dict) -> Table:
@@ -94,15 +114,11 @@ def _risk_table(cfg: BayesRunConfig, res: dict) -> Table:
     table = Table(
         title=f"Risks — L = {cfg.task.L}, {lat.kind} law (F = {lat.F}, scale {lat.scale:g}), "
         f"{where}, n = {cfg.bayes.samples:,}, seed {cfg.seed}",
+        caption="risk − R_B: paired, on the same samples",
     )
-    for col, just in (
-        ("predictor", "left"),
-        ("heads", "right"),
-        ("risk", "right"),
-        ("± s.e.", "right"),
-        ("risk − R_B (paired)", "right"),
-    ):
-        table.add_column(col, justify=just)
+    table.add_column("predictor")
+    for col in ("heads", "risk", "± s.e.", "risk − R_B"):
+        table.add_column(col, justify="right", no_wrap=True)
     for row in res["results"]:
         table.add_row(
             row["description"],
@@ -161,12 +177,10 @@ def simulate(
     from headspec.conventions.runs import simulate as run_simulation
 
     m, tk = cfg.model, cfg.task
-    err.print(
-        f"simulate: {m.activation}, H = {m.H}, L = {tk.L}, D = {tk.D}, {tk.latent.kind} law, "
-        f"η = {cfg.train.lr:g}, T = {cfg.train.T:g}, {plural(cfg.seeds, 'seed')}, "
-        f"{cfg.train.dtype}, {cfg.train.engine} engine",
-        highlight=False,
-    )
+    banner("simulate", [m.activation, f"H = {m.H}", f"L = {tk.L}", f"D = {tk.D}",
+                        f"{tk.latent.kind} law", f"η = {cfg.train.lr:g}", f"T = {cfg.train.T:g}",
+                        plural(cfg.seeds, "seed"), cfg.train.dtype,
+                        f"{cfg.train.engine} engine"])  # fmt: skip
     with progress_bar(counted("steps")) as bar:
         total = round(cfg.train.T * tk.D / cfg.train.batch)
         job = bar.add_task("compiling…", total=total)
@@ -175,41 +189,52 @@ def simulate(
             bar.update(job, completed=done, total=total, description="training")
 
         ds = run_simulation(cfg, progress=progress)
-    _finish(ds, out_path, plot)
+    nan = _finish(ds, out_path, plot)
     failed = [i for i in range(ds.sizes["seed"]) if int(ds.failed[i])]
     for i in failed:
         err.print("error: " + divergence_message(ds, i), markup=False, style="red")
-    if failed:
+    if failed or nan:
         raise typer.Exit(3)
 
 
-def _finish(ds, out_path: Path, plot: bool, extra: str = "") -> None:
-    """Save a result, print its summary, and write its figures if asked."""
+def _finish(ds, out_path: Path, plot: bool, extra: str = "") -> bool:
+    """Save a result, print its summary, and write its figures if asked; then warn loudly of a
+    final risk worse than ŷ = 0 and report NaN estimates (results.final_risk_alarms). Returns
+    whether an estimate is NaN (the command then exits 3)."""
     from headspec.conventions import results
 
     results.save(ds, out_path)
-    _summary(ds)
+    out.print(_summary(ds))
     out.print(f"wrote {out_path}{extra}")
     if plot:
         write_result_figures(ds, out_path.parent, out_path.stem)
+    warnings, errors = results.final_risk_alarms(ds)
+    for text in warnings:
+        err.print("warning: " + text, markup=False, highlight=False, style="bold yellow")
+    for text in errors:
+        err.print("error: " + text, markup=False, highlight=False, style="red")
+    return bool(errors)
 
 
-def _summary(ds) -> None:
-    """Final risk per seed, Bayes risk, and each head's best-matching feature."""
+def _summary(ds):
+    """Final risk per seed, Bayes risk, and each head's best-matching feature: a table and two
+    lines under it (80 columns suffice: numbers never wrap, the heads wrap between heads)."""
     import numpy as np
+    from rich.console import Group
+    from rich.text import Text
 
     table = Table(title=f"{ds.attrs['kind']} — final time t = {float(ds.t[-1]):g}")
-    table.add_column("seed", justify="right")
-    table.add_column("risk (D → ∞) ± s.e.", justify="right")
+    table.add_column("seed", justify="right", no_wrap=True)
+    table.add_column("risk ± s.e.", justify="right", no_wrap=True)
     held_out = bool(np.isfinite(ds.test_risk.values).any())  # not for theory or the reduced engine
     if held_out:
-        table.add_column("held-out loss ± s.e.", justify="right")
+        table.add_column("held-out ± s.e.", justify="right", no_wrap=True)
     table.add_column("heads → best feature (cos)")
     for i, s in enumerate(ds.seed.values):
         last = ds.isel(seed=i, t=-1)
         cos = np.asarray(last.cos)  # (H, F)
-        heads = "  ".join(
-            f"h{h}→f{int(np.nanargmax(np.abs(c)))} ({c[int(np.nanargmax(np.abs(c)))]:+.2f})"
+        heads = " ".join(  # no space inside a head's entry: lines break between heads
+            f"h{h}→f{int(np.nanargmax(np.abs(c)))}({c[int(np.nanargmax(np.abs(c)))]:+.2f})"
             if np.isfinite(c).any()
             else f"h{h}→—"
             for h, c in enumerate(cos)
@@ -223,11 +248,14 @@ def _summary(ds) -> None:
             heads,
         )
     mean = float(ds.risk.isel(t=-1).mean())
-    table.caption = (
+    legend = "risk: D → ∞ risk of (M, Q, b)" + (
+        "; held-out: exact loss on unseen sequences" if held_out else ""
+    )
+    numbers = (
         f"mean final risk {mean:.4f}; Bayes risk R_B = {ds.attrs['bayes_risk']:.4f} "
         f"± {ds.attrs['bayes_risk_se']:.4f}"
     )
-    out.print(table)
+    return Group(table, Text(legend), Text(numbers))
 
 
 # Long only by its option list (one parameter per option); the body is under 60 lines.
@@ -291,12 +319,10 @@ def theory(
     from headspec.conventions.runs import solve
 
     m, tk = cfg.model, cfg.task
-    err.print(
-        f"theory: {m.activation}, H = {m.H}, L = {tk.L}, {tk.latent.kind} law, η = "
-        f"{cfg.train.lr:g}, T = {cfg.train.T:g}, init {cfg.theory.init.kind}, "
-        f"{cfg.theory.sampler} with n = {cfg.theory.n}",
-        highlight=False,
-    )
+    banner("theory", [m.activation, f"H = {m.H}", f"L = {tk.L}", f"{tk.latent.kind} law",
+                      f"η = {cfg.train.lr:g}", f"T = {cfg.train.T:g}",
+                      f"init {cfg.theory.init.kind}",
+                      f"{cfg.theory.sampler} with n = {cfg.theory.n}"])  # fmt: skip
     with progress_bar("t = {task.completed:.3g} / {task.total:.3g}", eta=False) as bar:
         job = bar.add_task("compiling…", total=cfg.train.T)
 
@@ -307,12 +333,17 @@ def theory(
             ds = solve(cfg, progress=progress)
         except ValueError as e:  # inconsistent init (e.g. a simulation of another model)
             fail(str(e))
-    _finish(ds, out_path, plot, f" ({ds.attrs['solver_steps']} solver steps)")
+    nan = _finish(ds, out_path, plot, f" ({plural(int(ds.attrs['solver_steps']), 'solver step')})")
     failed = [int(s) for s, f in zip(ds.seed.values, ds.failed.values, strict=True) if f]
+    if nan and not failed:
+        raise typer.Exit(3)
     if failed:
+        from headspec.conventions.config.schema import unusual_settings
+
+        causes = "".join(f"bring {c} back to the usual size, or " for c in unusual_settings(cfg))
         err.print(
             f"error: the solver failed for seed(s) {failed} (step limit or non-finite state); "
-            "fix: raise theory.max_steps, loosen theory.rtol, or lower train.lr",
+            f"fix: {causes}raise theory.max_steps, loosen theory.rtol, or lower train.lr",
             markup=False,
             style="red",
         )
@@ -321,11 +352,18 @@ def theory(
 
 def _base_from_simulation(init_from: Path, seed: int | None) -> dict:
     """Config defaults for `theory --init-from SIM.nc`: the simulation's task, model, train and
-    record settings, and an initial state read from that file (all seeds, or ``seed``)."""
+    record settings, and an initial state read from that file (all seeds, or ``seed``). A file
+    that is not a simulation, or a ``seed`` not in it, is refused here, before any work."""
     from headspec.conventions import results
 
+    ds, _ = load_result_seed(init_from, seed)
+    if ds.attrs.get("kind") != "simulation":
+        fail(
+            f"--init-from {str(init_from)!r} is a {ds.attrs.get('kind')} result; fix: give a "
+            f"result written by `headspec simulate`"
+        )
     try:
-        sim_cfg = results.config_of(results.load(init_from))
+        sim_cfg = results.config_of(ds)
     except results.ResultError as e:
         fail(str(e))
     base = {k: sim_cfg[k] for k in ("task", "model", "train", "record") if k in sim_cfg}

@@ -12,6 +12,7 @@ from headspec.apps.cli.common import (
     ConfigOpt,
     SetOpt,
     app,
+    banner,
     check_output_path,
     counted,
     err,
@@ -66,7 +67,9 @@ def saddles(
     ] = Path("saddles.nc"),
     formats: FormatsOpt = None,
 ):
-    """Find where a trajectory slows down, polish each slow stretch into a fixed point of the ODE
+    """The fixed points a trajectory passes by: their risk, spectrum and escape time.
+
+    Find where a trajectory slows down, polish each slow stretch into a fixed point of the ODE
     (heads within --group-cos taken as identical), and give its spectrum: unstable modes (common
     or head-difference, which features and heads), symmetry zero modes apart, and the predicted
     time ln(D)/(2λ) to leave it at the run's D.
@@ -96,12 +99,10 @@ def saddles(
 def _solve(cfg):
     from headspec.conventions.runs import solve
 
-    err.print(
-        f"solving the ODE: {cfg.model.activation}, H = {cfg.model.H}, {cfg.task.latent.kind} law, "
-        f"η = {cfg.train.lr:g}, T = {cfg.train.T:g}, seed {cfg.seed} (init "
-        f"{cfg.theory.init.kind}, D = {cfg.task.D})",
-        highlight=False,
-    )
+    banner("solving the ODE", [cfg.model.activation, f"H = {cfg.model.H}",
+                               f"{cfg.task.latent.kind} law", f"η = {cfg.train.lr:g}",
+                               f"T = {cfg.train.T:g}", f"seed {cfg.seed}",
+                               f"init {cfg.theory.init.kind} at D = {cfg.task.D}"])  # fmt: skip
     with progress_bar("t = {task.completed:.3g} / {task.total:.3g}", eta=False) as bar:
         job = bar.add_task("compiling…", total=cfg.train.T)
         try:
@@ -136,28 +137,37 @@ def _analyse(ds, i, n, eta2, group_cos, out_path, fmts, source):
     write_figures(out_path.parent, out_path.stem, [("saddles", plot_saddles(sd, title))], fmts)
 
 
-def _table(found, sd) -> Table:
-    """One row per fixed point; the leading mode in words goes in the caption (it is long)."""
+def _table(found, sd):
+    """Two tables with one row per fixed point — where it lies, then its spectrum — so that each
+    fits 80 columns, and the leading modes in words under them (they are long)."""
+    from rich.console import Group
+    from rich.text import Text
+
     from headspec.dynamics.saddles import describe_mode
 
     H, F, D = sd.sizes["head"], sd.sizes["feature"], int(sd.attrs["D"])
     drift = "η-linear drift" if not sd.attrs["eta2"] else "full drift"
-    table = Table(
+    where = Table(
         title=f"fixed points along seed {sd.attrs['seed']} ({drift}, n = {sd.attrs['n']})"
     )
-    for col in ("#", "slow t", "risk run → fixed", "max|drift| run → fixed", "z", "groups",
-                "unstable/zero", "leading λ ± s.e.", f"ln D/2λ, D={D:g}"):  # fmt: skip
-        table.add_column(col, justify="right")
+    spectrum = Table(title=f"their spectra (escape time ln D/2λ at D = {D:g})")
+    for col in ("#", "slow t", "risk: run → fixed", "max|drift|: run → fixed", "z"):
+        where.add_column(col, justify="right", no_wrap=col != "max|drift|: run → fixed")
+    for col in ("#", "groups", "unstable/zero", "leading λ ± s.e.", "escape time"):
+        spectrum.add_column(col, justify="right", no_wrap=True)
     words = []
     for k, s in enumerate(found):
         lead = s.leading
         esc = s.escape_time(D)
-        table.add_row(
+        where.add_row(
             str(k + 1),
             f"{s.t_start:.3g}–{s.t_end:.3g}",
             f"{s.level:.4f} → {s.risk:.4f}",
             f"{s.drift_before:.1e} → {s.drift_after:.0e}",
             f"{s.max_z:.1f}" + ("" if s.is_fixed else " quasi"),
+        )
+        spectrum.add_row(
+            str(k + 1),
             "+".join(str(len(g)) for g in s.groups),
             f"{len(s.unstable)}/{s.n_zero}",
             "—" if lead is None else f"{lead.eigenvalue.real:+.4f} ± {lead.se:.4f}",
@@ -170,8 +180,9 @@ def _table(found, sd) -> Table:
             )  # fmt: skip
             text = describe_mode(lead, H, F, with_heads=mult == 1)
             words.append(f"{k + 1}: {text}" + (f" (×{mult}, degenerate)" if mult > 1 else ""))
-    table.caption = "\n".join(["leading modes — " + "; ".join(words)] if words else []) + (
-        "\nz: largest |drift|/s.e. at the fixed point (≤ 3: fixed within Monte-Carlo error, "
-        "else quasi-fixed); unstable: Re λ > 3 s.e.; zero modes: symmetries (softmax biases)"
+    notes = ["leading modes — " + "; ".join(words)] if words else []
+    notes.append(
+        "z: largest |drift|/s.e. at the fixed point (≤ 3: fixed within Monte-Carlo error, else "
+        "quasi-fixed); unstable: Re λ > 3 s.e.; zero modes: symmetries (softmax biases)"
     )
-    return table
+    return Group(where, spectrum, *(Text(n) for n in notes))

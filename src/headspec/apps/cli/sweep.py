@@ -12,6 +12,7 @@ from typer.core import TyperGroup
 
 from headspec.apps.cli.common import (
     app,
+    banner,
     check_output_dir,
     check_output_path,
     counted,
@@ -69,8 +70,30 @@ def sweep_run(
         str | None,
         typer.Option(
             "--scheduler",
-            help="Address of an existing Dask scheduler (tcp://host:8786); its workers need "
-            "headspec installed. Default: a local cluster that starts and stops with the command.",
+            help="Address of an existing Dask scheduler (tcp://host:8786, or tls://host:8786 with "
+            "the --tls-* options); its workers need headspec installed. The scheduler is trusted "
+            "(Dask moves pickles). Default: a local cluster that starts and stops with the "
+            "command.",
+        ),
+    ] = None,
+    tls_ca_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--tls-ca-file", help="TLS: certificate authority of the --scheduler's certificate."
+        ),
+    ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option("--tls-cert", help="TLS: this client's certificate (PEM).")
+    ] = None,
+    tls_key: Annotated[
+        Path | None,
+        typer.Option("--tls-key", help="TLS: this client's private key (if not in --tls-cert)."),
+    ] = None,
+    connect_timeout: Annotated[
+        float | None,
+        typer.Option(
+            "--connect-timeout",
+            help="Seconds to wait for the --scheduler to answer (default: 10).",
         ),
     ] = None,
     workers: Annotated[
@@ -90,10 +113,12 @@ def sweep_run(
     Finished points are written atomically to OUT/points/ and recorded in OUT/manifest.json; at
     the end they are combined into OUT/sweep.nc (swept parameters as coordinates). Re-running the
     same command resumes: intact points are skipped, missing or corrupt ones re-run. Exit 1 if a
-    point failed (its error is in the manifest), 130 if interrupted.
+    point failed (its error is in the manifest), else 3 if one diverged (like `simulate`), 130 if
+    interrupted; 2 for bad input, with nothing made (an unreachable --scheduler included).
     """
     from headspec.apps import sweep as sw
 
+    security = _check_scheduler_options(scheduler, tls_ca_file, tls_cert, tls_key, connect_timeout)
     try:
         spec, root = sw.load_spec(spec_path, set_, axis)
         plan = sw.resolve(spec, root, out_dir)
@@ -101,11 +126,9 @@ def sweep_run(
         fail(str(e))
     check_output_dir(plan.out, "--out")
     shape = " × ".join(f"{a.name}[{len(a.values)}]" for a in plan.axes)
-    err.print(
-        f"sweep: {plan.kind}, {plural(len(plan.points), 'point')} ({shape}) × "
-        f"{plural(plan.seeds, 'seed')} in {plural(len(plan.tasks), 'task')} → {plan.out}",
-        highlight=False,
-    )
+    banner("sweep", [plan.kind, f"{plural(len(plan.points), 'point')} ({shape}) ×",
+                     f"{plural(plan.seeds, 'seed')} in {plural(len(plan.tasks), 'task')}",
+                     f"→ {plan.out}"])  # fmt: skip
     bar = progress_bar(counted("tasks"))
     on_start, on_result = _bar_callbacks(bar, scheduler)
     try:
@@ -116,6 +139,8 @@ def sweep_run(
             force=force,
             on_start=on_start,
             on_result=on_result,
+            security=security,
+            timeout=connect_timeout,
         )
     except sw.SweepError as e:
         bar.stop()
@@ -131,6 +156,56 @@ def sweep_run(
     _print_report(plan, report)
     if report.failed:
         raise typer.Exit(1)
+    if report.diverged_tasks:
+        _report_diverged(plan, report)
+        raise typer.Exit(3)
+
+
+def _check_scheduler_options(scheduler, ca_file, cert, key, timeout):
+    """Refuse a --scheduler address of bad syntax, TLS options without a tls:// scheduler,
+    missing TLS files and a non-positive --connect-timeout, before anything is made; returns the
+    ``distributed.security.Security`` of the TLS options (None without them)."""
+    import math
+
+    from headspec.apps import sweep as sw
+
+    tls = any(x is not None for x in (ca_file, cert, key))
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        fail(f"--connect-timeout {timeout} is not a positive time; fix: give seconds, e.g. 10")
+    if scheduler is None:
+        if tls or timeout is not None:
+            option = "--connect-timeout" if not tls else "--tls-ca-file/--tls-cert/--tls-key"
+            fail(f"{option} is for a remote --scheduler; fix: add --scheduler ADDRESS, or drop "
+                 f"{option} (the local cluster needs none)")  # fmt: skip
+        return None
+    try:
+        address = sw.check_scheduler(scheduler)
+        if tls and not address.startswith(("tls://", "wss://")):
+            fail(f"--scheduler {scheduler!r} is not a TLS address but --tls-* options are "
+                 f"given; fix: use tls://{address.split('://', 1)[1]}, or drop the --tls-* "
+                 "options")  # fmt: skip
+        return sw.tls_security(ca_file, cert, key) if tls else None
+    except sw.SweepError as e:
+        fail(str(e))
+
+
+def _report_diverged(plan, report) -> None:
+    """Name the tasks whose results diverged (the sweep then exits 3, like `simulate`)."""
+    from headspec.apps import sweep as sw
+
+    tasks = report.diverged_tasks
+    err.print(
+        f"error: {len(tasks)} of {plural(report.total, 'task')} diverged (their results stop "
+        "there, NaN after; every point is written); fix: lower train.lr for these points, see "
+        f"headspec sweep status {plan.out}",
+        markup=False,
+        highlight=False,
+        style="red",
+    )
+    for params, seeds in tasks[:10]:
+        err.print(f"diverged: {params}, seeds {seeds}", markup=False, highlight=False, style="red")
+    if len(tasks) > 10:
+        err.print(f"… and {len(tasks) - 10} more (see {plan.out / sw.MANIFEST})", markup=False)
 
 
 def _bar_callbacks(bar: Progress, scheduler: str | None):
@@ -145,7 +220,7 @@ def _bar_callbacks(bar: Progress, scheduler: str | None):
         where = scheduler or f"local cluster, {plural(n_workers, 'worker')}"
         err.print(f"dask: {where}; dashboard {client.dashboard_link}", highlight=False)
         if n_todo < n_total:
-            err.print(f"resuming: {n_total - n_todo} of {n_total} tasks already finished")
+            err.print(f"resuming: {n_total - n_todo} of {plural(n_total, 'task')} already finished")
         bar.start()
         job = bar.add_task("running", total=n_todo)
 
@@ -163,7 +238,7 @@ def _print_report(plan, report) -> None:
 
     table = Table(title=f"sweep {plan.out}")
     for col in ("tasks", "finished before", "finished now", "of which diverged", "failed"):
-        table.add_column(col, justify="right")
+        table.add_column(col, justify="right", no_wrap=True)
     table.add_row(
         str(report.total),
         str(report.skipped),
@@ -198,7 +273,8 @@ def sweep_collect(
         fail(str(e))
     path = sw.save_collected(ds, out_path or folder / sw.COLLECTED)
     dims = ", ".join(f"{k} = {v}" for k, v in ds.sizes.items())
-    out.print(f"{ds.attrs['points_finished']} of {ds.attrs['points']} points finished; {dims}")
+    done, points = ds.attrs["points_finished"], plural(int(ds.attrs["points"]), "point")
+    out.print(f"{done} of {points} finished; {dims}")
     out.print(f"wrote {path}")
     out.print(f"wrote {sw.save_figure(ds, path.parent)}")
 
@@ -216,7 +292,7 @@ def sweep_status(
         fail(str(e))
     table = Table(title=f"sweep {folder} ({manifest['spec']['kind']})")
     table.add_column("status")
-    table.add_column("tasks", justify="right")
+    table.add_column("tasks", justify="right", no_wrap=True)
     for k, v in sorted(sw.status_counts(manifest).items()):
         table.add_row(k, str(v))
     out.print(table)

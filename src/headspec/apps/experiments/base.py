@@ -89,8 +89,10 @@ class Context:
         return ds, path
 
     def figure(self, fig, name: str):
+        from headspec.apps.plots import write_figure
+
         path = self.figdir / f"{self.id}_{name}.png"
-        fig.savefig(path, dpi=130)
+        write_figure(fig, path, dpi=130)
         fig.clear()
         self.outcome.figures.append(path)
 

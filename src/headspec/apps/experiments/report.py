@@ -3,19 +3,19 @@
 The report is written once, in Markdown (claims table, per-experiment sections with figures and
 config links, environment); the HTML page is that Markdown rendered by markdown-it-py (CommonMark
 with tables, raw HTML off so every text is escaped) inside a minimal page. Figures and configs are
-referenced by paths relative to the report folder.
+referenced by paths relative to the report folder. Every file (index.md, index.html, the configs'
+JSON) is written atomically, UTF-8 (headspec.conventions.io).
 """
 
 from __future__ import annotations
 
-import json
 import platform
 from pathlib import Path
 
 from markdown_it import MarkdownIt
 
 from headspec.apps.experiments.base import Outcome
-from headspec.conventions.io import write_atomic
+from headspec.conventions.io import write_json_atomic, write_text_atomic
 
 _CSS = (
     "body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
@@ -55,10 +55,10 @@ def write_report(outcomes: list[Outcome], outdir: Path, scale: str, seconds: flo
     cfgdir.mkdir(parents=True, exist_ok=True)
     for o in outcomes:
         for name, c in o.configs.items():
-            (cfgdir / f"{o.id}_{name}.json").write_text(json.dumps(c, indent=2))
+            write_json_atomic(cfgdir / f"{o.id}_{name}.json", c)
     md = markdown(outcomes, environment(), scale, seconds)
-    write_atomic(outdir / "index.md", lambda tmp: tmp.write_text(md))
-    write_atomic(outdir / "index.html", lambda tmp: tmp.write_text(to_html(md)))
+    write_text_atomic(outdir / "index.md", md)
+    write_text_atomic(outdir / "index.html", to_html(md))
     return outdir / "index.html"
 
 
@@ -67,8 +67,9 @@ def markdown(outcomes: list[Outcome], env: dict, scale: str, seconds: float) -> 
     held = sum(c.holds is True for o in outcomes for c in o.claims)
     failed = sum(c.holds is False for o in outcomes for c in o.claims)
     md = [f"# headspec — reproduction of the paper's findings ({scale} scale)", ""]
-    md += [f"{held} claims hold, {failed} do not, at this scale; "
-           f"{sum(o.error is not None for o in outcomes)} experiments failed to run. "
+    errors = sum(o.error is not None for o in outcomes)
+    md += [f"{held} claim{' holds' if held == 1 else 's hold'}, {failed} do not, at this scale; "
+           f"{errors} experiment{'' if errors == 1 else 's'} failed to run. "
            f"Total time {seconds / 60:.1f} min.", ""]  # fmt: skip
     md += ["## Claims", "", "| exp. | claim | measured | value | holds |", "|---|---|---|---|---|"]
     for o in outcomes:

@@ -14,7 +14,8 @@ Modules: :mod:`.common` (colours, titles, seed index, log time axis, NaN-aware m
 standard error), :mod:`.risk` (:func:`plot_risk`), :mod:`.overlaps` (:func:`plot_overlaps`,
 :func:`plot_compare_overlaps`, :func:`plot_head_similarity`), :mod:`.prune` (:func:`plot_prune`),
 :mod:`.saddles` (:func:`plot_saddles`),
-:mod:`.sweep` (:func:`final_risk`, :func:`plot_sweep`), :mod:`.save` (:func:`save_figures`).
+:mod:`.sweep` (:func:`final_risk`, :func:`plot_sweep`), :mod:`.save` (:func:`save_figures`;
+:func:`write_figure`, through which every figure file is written, atomically).
 
 Example:
     >>> fig = plot_risk(ds)                                   # doctest: +SKIP
@@ -29,7 +30,7 @@ from headspec.apps.plots.overlaps import (
 from headspec.apps.plots.prune import plot_prune
 from headspec.apps.plots.risk import plot_risk
 from headspec.apps.plots.saddles import plot_saddles
-from headspec.apps.plots.save import FIGURES, save_figures
+from headspec.apps.plots.save import FIGURES, save_figures, write_figure
 from headspec.apps.plots.sweep import final_risk, plot_sweep
 
 __all__ = [
@@ -43,4 +44,5 @@ __all__ = [
     "plot_saddles",
     "plot_sweep",
     "save_figures",
+    "write_figure",
 ]

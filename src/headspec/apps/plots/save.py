@@ -1,4 +1,8 @@
-"""Figure files: the standard figures of a result written as PNG, PDF, SVG, ..."""
+"""Figure files: the standard figures of a result written as PNG, PDF, SVG, ...
+
+Every figure file headspec writes goes through :func:`write_figure`: atomically (a temporary file
+beside the target, fsync'ed and renamed, see :mod:`headspec.conventions.io`), with the umask's
+permissions, through a symlinked path."""
 
 from __future__ import annotations
 
@@ -10,8 +14,21 @@ from matplotlib.figure import Figure
 
 from headspec.apps.plots.overlaps import plot_head_similarity, plot_overlaps
 from headspec.apps.plots.risk import plot_risk
+from headspec.conventions.io import write_atomic
 
 FIGURES = ("risk", "overlaps", "head_similarity")
+
+
+def write_figure(fig: Figure, path: str | Path, fmt: str | None = None, **savefig_kw) -> Path:
+    """Save ``fig`` to ``path`` atomically: a crash leaves the old file or the whole new one.
+
+    ``fmt`` (e.g. "png", "pdf", "svg") defaults to the suffix of ``path``; the other keywords go
+    to ``Figure.savefig`` (e.g. ``dpi=150``). Returns ``path``.
+    """
+    fmt = (fmt or Path(path).suffix).lower().lstrip(".")
+    if not fmt:
+        raise ValueError(f"{str(path)!r} has no suffix; fix: name the format (fmt='png')")
+    return write_atomic(path, lambda tmp: fig.savefig(tmp, format=fmt, **savefig_kw))
 
 
 def save_figures(
@@ -51,8 +68,7 @@ def save_figures(
         try:
             for fmt in fmts:
                 path = outdir / f"{prefix}{name}.{fmt}"
-                fig.savefig(path, format=fmt, dpi=150)
-                paths.append(path)
+                paths.append(write_figure(fig, path, fmt, dpi=150))
         finally:
             fig.clear()  # not a pyplot figure: nothing to close; drop its artists now
     return paths

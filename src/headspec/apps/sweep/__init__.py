@@ -18,13 +18,15 @@ and the output folder::
     "model.H" = [2, 4]
     "model.activation" = ["softmax", "softmax1"]
 
-Each task (a grid point, or a block of its seeds) runs on a Dask worker, which writes its result
-atomically to ``OUT/points/<config hash>.nc`` when it shares the output folder with the driver
-(else it returns the dataset and the driver writes the file). The driver records each finished
-task in ``OUT/manifest.json`` (the spec, its hash, and per task its status, file checksum and
-error). Re-running the same sweep skips the tasks whose file is intact (checksum, or config hash
-read from the file) and runs the rest; a changed spec is refused unless forced. :func:`collect`
-combines the points into one dataset with the swept parameters as coordinates (``OUT/sweep.nc``).
+Each task (a grid point, or a block of its seeds) runs on a Dask worker (of a local cluster, or
+of a remote scheduler, which is trusted: Dask moves pickles; see :mod:`.cluster` for TLS),
+which writes its result atomically to ``OUT/points/<config hash>.nc`` when it shares the output
+folder with the driver (else it returns the dataset and the driver writes the file). The driver
+records each finished task in ``OUT/manifest.json`` (the spec, its hash, and per task its
+status, file checksum and error). Re-running the same sweep skips the tasks whose file is
+intact (checksum, or config hash read from the file) and runs the rest; a changed spec is
+refused unless forced. :func:`collect` combines the points into one dataset with the swept
+parameters as coordinates (``OUT/sweep.nc``).
 
 Modules: :mod:`.spec` (the TOML spec), :mod:`.plan` (the resolved tasks and their hashes),
 :mod:`.manifest` (the folder's bookkeeping), :mod:`.worker` (:func:`run_task`, run by the Dask
@@ -39,7 +41,14 @@ Example:
     [{'H': 2}, {'H': 3}]
 """
 
-from headspec.apps.sweep.cluster import available_cores, dask_client
+from headspec.apps.sweep.cluster import (
+    CONNECT_TIMEOUT,
+    available_cores,
+    check_scheduler,
+    dask_client,
+    probe_scheduler,
+    tls_security,
+)
 from headspec.apps.sweep.collect import COLLECTED, collect, save_collected, save_figure
 from headspec.apps.sweep.driver import Report, prepare, run
 from headspec.apps.sweep.errors import SweepError
@@ -64,6 +73,7 @@ from headspec.apps.sweep.worker import TOKEN, WORKER_ENV, run_task
 
 __all__ = [
     "COLLECTED",
+    "CONNECT_TIMEOUT",
     "MANIFEST",
     "MANIFEST_VERSION",
     "MODELS",
@@ -78,11 +88,13 @@ __all__ = [
     "SweepSpec",
     "SweepTask",
     "available_cores",
+    "check_scheduler",
     "collect",
     "config_hash",
     "dask_client",
     "load_spec",
     "prepare",
+    "probe_scheduler",
     "read_manifest",
     "resolve",
     "run",
@@ -93,4 +105,5 @@ __all__ = [
     "spec_from_dict",
     "status_counts",
     "task_is_intact",
+    "tls_security",
 ]

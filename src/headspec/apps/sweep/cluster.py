@@ -1,14 +1,30 @@
-"""The Dask cluster of a sweep: a client on an existing scheduler or on a local cluster."""
+"""The Dask cluster of a sweep: a client on an existing scheduler or on a local cluster.
+
+A remote scheduler is trusted: Dask moves pickled functions and results between the command,
+the scheduler and its workers, so whoever runs that scheduler can run code here. Over networks
+that are not private, use TLS (``tls://`` addresses and :func:`tls_security`). An address is
+checked for syntax before anything happens (:func:`check_scheduler`) and then asked who it is
+within a short timeout, so that nothing listening, or something that is not a Dask scheduler,
+is one error line instead of a hang or a traceback.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from headspec.apps.sweep.errors import SweepError
 from headspec.apps.sweep.worker import WORKER_ENV
+
+CONNECT_TIMEOUT = 10.0  # at most this many seconds to reach a scheduler and hear it answer
+_HOST_PORT_SCHEMES = ("tcp", "tls", "ws", "wss")
+_FIX = (
+    "fix: give the address of a running Dask scheduler, e.g. --scheduler tcp://host:8786 "
+    "(tls://host:8786 with --tls-* options), or leave out --scheduler for a local cluster"
+)
 
 
 def available_cores() -> int:
@@ -18,22 +34,136 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def check_scheduler(address: str) -> str:
+    """The address of a Dask scheduler, checked without connecting: a scheme Dask knows (none
+    means tcp) and, for tcp/tls/ws/wss, a host and a port. Raises :class:`SweepError` naming
+    --scheduler and the fix; returns the address with its scheme."""
+    from distributed.comm import parse_address
+    from distributed.comm.addressing import parse_host_port
+    from distributed.comm.registry import backends
+
+    text = address.strip()
+    if not text:
+        raise SweepError(f"--scheduler is empty; {_FIX}")
+    scheme, loc = parse_address(text, strict=False)
+    if scheme not in backends:
+        raise SweepError(
+            f"--scheduler {address!r} has the unknown scheme {scheme!r} (Dask knows "
+            f"{', '.join(sorted(backends))}); {_FIX}"
+        )
+    if scheme in _HOST_PORT_SCHEMES:
+        try:
+            host, port = parse_host_port(loc)
+        except ValueError:
+            host, port = "", 0
+        if not host or not 0 < int(port) < 65536:
+            raise SweepError(f"--scheduler {address!r} needs host:port (port 1–65535); {_FIX}")
+    return f"{scheme}://{loc}"
+
+
+def tls_security(ca_file: Path | None, cert: Path | None, key: Path | None) -> Any:
+    """A ``distributed.security.Security`` for TLS to a remote scheduler: the certificate
+    authority that signed the scheduler's certificate, and this client's certificate and key
+    (``key`` may be left out when ``cert`` holds both). Files that do not exist raise
+    :class:`SweepError` naming the option."""
+    from distributed.security import Security
+
+    for option, path in (("--tls-ca-file", ca_file), ("--tls-cert", cert), ("--tls-key", key)):
+        if path is not None and not Path(path).is_file():
+            raise SweepError(f"{option} {str(path)!r} is not a file; fix: check the path")
+    return Security(
+        tls_ca_file=None if ca_file is None else str(ca_file),
+        tls_client_cert=None if cert is None else str(cert),
+        tls_client_key=None if key is None else str(key),
+        require_encryption=True,
+    )
+
+
+def connect_timeout(seconds: float | None = None) -> float:
+    """``seconds``, or Dask's ``distributed.comm.timeouts.connect`` but at most
+    :data:`CONNECT_TIMEOUT`."""
+    if seconds is not None:
+        return float(seconds)
+    import dask.config
+    import distributed  # noqa: F401  (its config defaults)
+    from dask.utils import parse_timedelta
+
+    configured = parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
+    return min(CONNECT_TIMEOUT, float(configured))
+
+
+def probe_scheduler(address: str, security: Any = None, timeout: float | None = None) -> None:
+    """Ask ``address`` who it is (Dask's ``identity`` call) and wait at most ``timeout``
+    seconds (:func:`connect_timeout`) for the answer "Scheduler"; raises :class:`SweepError`
+    otherwise (nothing listens, a peer that is not Dask — which may never answer —, a Dask
+    worker, a TLS mismatch)."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    from distributed.core import rpc
+
+    timeout = connect_timeout(timeout)
+    args = security.get_connection_args("client") if security is not None else {}
+
+    async def identity():
+        r = rpc(address, connection_args=args, timeout=timeout)
+        try:
+            return await r.identity()
+        finally:
+            await r.close_rpc()
+
+    async def bounded():
+        return await asyncio.wait_for(identity(), timeout)
+
+    try:
+        with ThreadPoolExecutor(1) as ex:  # its own event loop, also under a running one
+            info = ex.submit(asyncio.run, bounded()).result()
+    except TimeoutError:
+        raise SweepError(
+            f"cannot reach the Dask scheduler at --scheduler {address!r}: none answered within "
+            f"{timeout:g} s (nothing listens there, or something that is not a Dask scheduler); "
+            + _FIX
+        ) from None
+    except Exception as e:  # refused, unreachable, garbage from a non-Dask peer, TLS errors
+        text = " ".join(str(e).split())[:200]
+        raise SweepError(
+            f"cannot reach the Dask scheduler at --scheduler {address!r} "
+            f"({type(e).__name__}: {text}); {_FIX}"
+        ) from None
+    kind = info.get("type") if isinstance(info, dict) else None
+    if kind != "Scheduler":
+        raise SweepError(
+            f"--scheduler {address!r} answered as {kind or 'something else'}, not as a Dask "
+            f"scheduler; {_FIX}"
+        )
+
+
 @contextlib.contextmanager
-def dask_client(scheduler: str | None = None, workers: int | None = None) -> Iterator[Any]:
-    """A ``distributed.Client``: on an existing scheduler, or on a local cluster of ``workers``
-    single-threaded processes (default: one per core) on loopback, closed on exit."""
+def dask_client(
+    scheduler: str | None = None,
+    workers: int | None = None,
+    security: Any = None,
+    timeout: float | None = None,
+) -> Iterator[Any]:
+    """A ``distributed.Client``: on an existing scheduler (checked by :func:`check_scheduler`
+    and :func:`probe_scheduler` first, waiting at most ``timeout`` seconds; ``security`` e.g.
+    from :func:`tls_security`), or on a
+    local cluster of ``workers`` single-threaded processes (default: one per core) on loopback,
+    closed on exit."""
     import logging
 
     from distributed import Client, LocalCluster
 
     if scheduler is not None:
+        address = check_scheduler(scheduler)
+        timeout = connect_timeout(timeout)
+        probe_scheduler(address, security, timeout)
         try:
-            client = Client(scheduler)  # waits distributed.comm.timeouts.connect (30 s)
-        except (OSError, TimeoutError) as e:
+            client = Client(address, timeout=timeout, security=security)
+        except Exception as e:
             raise SweepError(
                 f"cannot reach the Dask scheduler at {scheduler!r} ({type(e).__name__}: {e}); "
-                "fix: check the address (tcp://host:port), or leave out --scheduler for a "
-                "local cluster"
+                + _FIX
             ) from None
         try:
             yield client

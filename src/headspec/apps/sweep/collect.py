@@ -152,8 +152,8 @@ def save_collected(ds, path: str | Path) -> Path:
 
 def save_figure(ds, folder: str | Path) -> Path:
     """The final-risk figure of a collected sweep, as ``folder/sweep_final_risk.png``."""
-    from headspec.apps.plots import plot_sweep
+    from headspec.apps.plots import plot_sweep, write_figure
 
     path = Path(folder) / "sweep_final_risk.png"
-    plot_sweep(ds).savefig(path, dpi=120)
+    write_figure(plot_sweep(ds), path, dpi=120)
     return path

@@ -7,7 +7,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,8 @@ class Report:
     diverged: int  # finished now, some seeds diverged
     failed: list[tuple[dict, str]]  # (params, error) of tasks that raised or were killed
     dataset_path: Path | None
+    # (params, diverged seeds) of every task of the sweep whose result diverged, now or before
+    diverged_tasks: list[tuple[dict, list[int]]] = field(default_factory=list)
 
 
 def prepare(sweep: Sweep, force: bool = False) -> tuple[dict, list[SweepTask]]:
@@ -102,7 +104,7 @@ def prepare(sweep: Sweep, force: bool = False) -> tuple[dict, list[SweepTask]]:
                 keep = ("status", "sha256", "elapsed_s", "diverged_seeds")
                 entry.update({k: prev[k] for k in keep if k in prev})
             else:  # written before the driver could record it
-                entry.update(status=_file_status(folder / t.file), sha256=_sha256(folder / t.file))
+                entry.update(**_file_status(folder / t.file), sha256=_sha256(folder / t.file))
         else:
             (folder / t.file).unlink(missing_ok=True)  # corrupt or truncated: recompute
             todo.append(t)
@@ -121,15 +123,23 @@ def run(
     collect_after: bool = True,
     on_start: Callable[[Any, int, int], None] | None = None,
     on_result: Callable[[SweepTask, dict], None] | None = None,
+    security: Any = None,
+    timeout: float | None = None,
 ) -> Report:
     """Run the tasks of a sweep that are not finished; write points, manifest, combined dataset.
 
     Tasks go to ``client`` (a ``distributed.Client``) if given, else to the scheduler at
-    ``scheduler``, else to a local cluster of ``workers`` processes started for this call.
+    ``scheduler`` (reached first, within ``timeout`` seconds and with ``security``, before the
+    output folder is made: see :func:`~headspec.apps.sweep.cluster.dask_client`), else to a local
+    cluster of ``workers`` processes started for this call.
     ``on_start(client, n_todo, n_total)`` is called once the cluster is up; ``on_result(task,
     entry)`` after each finished task. Interruption (KeyboardInterrupt) keeps every finished
     point; calling :func:`run` again resumes. Two runs on one folder at once are refused.
     """
+    if client is None and scheduler is not None:  # an unreachable scheduler leaves no folder
+        with dask_client(scheduler, security=security, timeout=timeout) as remote:
+            return run(sweep, client=remote, force=force, collect_after=collect_after,
+                       on_start=on_start, on_result=on_result)  # fmt: skip
     sweep.out.mkdir(parents=True, exist_ok=True)
     with _folder_lock(sweep.out):
         return _run(sweep, scheduler, workers, client, force, collect_after, on_start, on_result)
@@ -219,4 +229,7 @@ def _run(sweep, scheduler, workers, client, force, collect_after, on_start, on_r
     out = None
     if collect_after and any(e["status"] in ("done", "diverged") for e in manifest["tasks"]):
         out = save_collected(collect(folder), folder / COLLECTED)
-    return Report(len(sweep.tasks), skipped, counts["done"], counts["diverged"], failed, out)
+    diverged = [(e["params"], e.get("diverged_seeds", [])) for e in manifest["tasks"]
+                if e["status"] == "diverged"]  # fmt: skip
+    n = len(sweep.tasks)
+    return Report(n, skipped, counts["done"], counts["diverged"], failed, out, diverged)

@@ -112,12 +112,15 @@ def _kind_of(ds) -> str:
     return "simulate" if ds.attrs["kind"] == "simulation" else "theory"
 
 
-def _file_status(path: Path) -> str:
-    """The status of a point file: "diverged" if some seed failed, else "done"."""
+def _file_status(path: Path) -> dict:
+    """The manifest fields read from a point file: ``status`` ("diverged" if some seed failed,
+    else "done") and ``diverged_seeds``."""
     import xarray as xr
 
     with xr.open_dataset(path, engine="h5netcdf") as ds:
-        return "diverged" if bool(np.asarray(ds.failed).any()) else "done"
+        failed = np.asarray(ds.failed, dtype=bool)
+        seeds = [int(s) for s in np.asarray(ds.seed)[failed]]
+    return {"status": "diverged" if seeds else "done", "diverged_seeds": seeds}
 
 
 # ----------------------------------------------------------------------------- folder lock

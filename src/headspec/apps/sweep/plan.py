@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from headspec.apps.sweep.spec import MODELS, Range, SweepSpec
+from headspec.conventions.budget import check_sweep_size, check_work
 from headspec.conventions.config import (
     ConfigError,
     format_validation_error,
@@ -127,6 +129,8 @@ def resolve(spec: SweepSpec, root: str | Path = ".", out: str | Path | None = No
         for k, n, v in zip(keys, _axis_names(keys), spec.axes.values(), strict=True)
     ]
     sweep = Sweep(s.kind, axes, base, seeds, seed, per, Path(out if out is not None else s.out))
+    n_points = math.prod(sweep.shape)  # refuse a grid too large before building its configs
+    check_sweep_size(n_points, n_points * -(-seeds // per))
     blocks = [(s0, min(per, seed + seeds - s0)) for s0 in range(seed, seed + seeds, per)]
     for p, index in enumerate(np.ndindex(*sweep.shape)):
         params = {a.name: a.values[i] for a, i in zip(axes, index, strict=True)}
@@ -137,11 +141,11 @@ def resolve(spec: SweepSpec, root: str | Path = ".", out: str | Path | None = No
             data = dict(data, seed=s0, seeds=n)
             try:
                 cfg = model.model_validate(data)
-            except ValidationError as e:
+                check_work(cfg)  # steps that overflow or never finish, numbers beyond 64 bits
+            except (ValidationError, ConfigError) as e:
                 where = ", ".join(f"{a.key} = {json.dumps(v)}" for a, v in _pairs(axes, params))
-                raise ConfigError(
-                    f"sweep point {where}: " + format_validation_error(e, model)
-                ) from None
+                msg = format_validation_error(e, model) if isinstance(e, ValidationError) else e
+                raise ConfigError(f"sweep point {where}: {msg}") from None
             sweep.tasks.append(SweepTask(p, tuple(int(i) for i in index), params, cfg, ""))
     sweep.tasks = [
         SweepTask(t.point, t.index, t.params, t.config, config_hash(s.kind, t.config))

@@ -121,16 +121,25 @@ def load_spec(path: str | Path, overrides: list[str] | None = None, axes: list[s
     ``config.train.T=5``); ``axes`` are ``KEY=VALUES`` items that add or replace an axis
     (``model.H=[2,4]`` or ``task.D={start=100, stop=1000, num=4, spacing="log"}``).
     """
-    from headspec.conventions.config import apply_overrides, parse_override
+    from headspec.conventions.config import apply_overrides, parse_value, takes_text
 
     path = Path(path)
     data = read_toml(path)
-    data = apply_overrides(data, list(overrides or []))
+
+    def config_text(keys):  # does this key of the run config take text (a bare word)?
+        sweep = data.get("sweep")
+        kind = sweep.get("kind") if isinstance(sweep, dict) else None
+        return takes_text(MODELS.get(kind) if isinstance(kind, str) else None, keys)
+
+    def spec_text(keys):  # the same for a key of the spec: config.* are run-config keys
+        return config_text(keys[1:]) if keys[0] == "config" else takes_text(SweepSpec, keys)
+
+    data = apply_overrides(data, list(overrides or []), is_text=spec_text)
     for item in axes or []:
         if "=" not in item:
             raise ConfigError(f"--axis {item!r} has no '='; fix: write KEY=[v1, v2, …]")
-        key, _ = item.split("=", 1)
-        _, value = parse_override("v=" + item.split("=", 1)[1])
+        key, raw = item.split("=", 1)
+        value = parse_value(raw, key.strip().split("."), config_text, f"--axis {item!r}")
         if not isinstance(value, list | dict):
             value = [value]
         data.setdefault("axes", {})[key.strip()] = value

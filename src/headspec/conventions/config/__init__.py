@@ -33,8 +33,10 @@ from headspec.conventions.config.overrides import (
     load_config,
     merge,
     parse_override,
+    parse_value,
     read_toml,
     set_key,
+    takes_text,
 )
 from headspec.conventions.config.schema import (
     BayesOptions,
@@ -91,6 +93,8 @@ __all__ = [
     "load_config",
     "merge",
     "parse_override",
+    "parse_value",
     "read_toml",
     "set_key",
+    "takes_text",
 ]

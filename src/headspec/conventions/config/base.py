@@ -21,6 +21,10 @@ class ConfigError(ValueError):
 
 
 class StrictModel(BaseModel):
-    """Base of all configs: unknown keys and nan/inf are refused; instances are immutable."""
+    """Base of all configs: unknown keys and nan/inf are refused; instances are immutable.
 
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True)
+    Strict types: a number field takes numbers only (a whole number where a float is expected,
+    but not true/false or "0.5"), a text field takes text only, a list a list.
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, frozen=True, strict=True)

@@ -1,6 +1,7 @@
 """Loading configs: TOML files, dotted ``--set`` overrides and readable validation errors.
 
-Values of overrides are parsed as TOML values — never evaluated.
+Values of overrides are parsed as TOML values — never evaluated. A bare word (``softmax1``) is
+taken as text only for a field that takes text; any other value that is not TOML is refused.
 
 Example:
     >>> from headspec.conventions.config import BayesRunConfig
@@ -11,9 +12,13 @@ Example:
 
 from __future__ import annotations
 
+import re
+import stat
 import tomllib
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -68,16 +73,52 @@ def _allowed_keys(model: type[BaseModel] | None, loc: tuple) -> list[str]:
     return sorted(model.model_fields) if model is not None else []
 
 
+# the last part of the location of an error in one member of a union (``float | int``,
+# ``Literal["auto"] | bool``): pydantic names the member, e.g. "literal['auto']" or "bool"
+_UNION_MEMBER = re.compile(r"(literal|list|dict|tuple|set)\[.*\]|bool|int|float|str|none")
+
+
+def _merge_unions(errors: list[dict]) -> list[dict]:
+    """One error per field for a value that fits no member of a union: ``x.float: not a number``
+    and ``x.int: not an integer`` become ``x: Input should be a valid number or a valid
+    integer`` (and just "a valid number" where float and int are the members)."""
+    merged: list[dict] = []
+    for e in errors:
+        loc = tuple(e["loc"])
+        if not (loc and isinstance(loc[-1], str) and _UNION_MEMBER.fullmatch(loc[-1])):
+            merged.append(e)
+            continue
+        want = e["msg"].removeprefix("Input should be ")
+        last = merged[-1] if merged else None
+        if last and last.get("union") and last["loc"] == loc[:-1] and last["input"] is e["input"]:
+            last["union"].append((e["type"], want))
+        else:
+            merged.append({**e, "loc": loc[:-1], "union": [(e["type"], want)]})
+    for e in merged:
+        members = e.pop("union", None)
+        if members is None or len(members) == 1:
+            continue
+        types = {t for t, _ in members}
+        if types <= {"float_type", "int_type"}:  # a number of either kind
+            e.update(type="float_type", msg="Input should be a valid number")
+        else:
+            wants = " or ".join(dict.fromkeys(w for _, w in members))
+            e.update(
+                type="union", msg=f"Input should be {wants}", ctx={"fix": f"fix: give {wants}"}
+            )
+    return merged
+
+
 def format_validation_error(err: ValidationError, model: type[BaseModel] | None = None) -> str:
     """One line per problem: ``field.path: message; fix: …``."""
     lines = []
-    for e in err.errors(include_url=False):
+    for e in _merge_unions(err.errors(include_url=False)):
         loc = [str(p) for p in e["loc"] if str(p) not in _TAGS]
         where = ".".join(loc) or "(config)"
         msg = e["msg"].removeprefix("Value error, ")
         typ = e["type"]
         ctx = e.get("ctx") or {}
-        hint = _HINTS.get(typ, "")
+        hint = _HINTS.get(typ, ctx.get("fix", ""))
         if typ in ("union_tag_invalid", "union_tag_not_found"):
             kinds = ", ".join(_KINDS.get(loc[-1] if loc else "", LATENT_KINDS))
             verb = "set kind to" if typ == "union_tag_invalid" else "add kind ="
@@ -102,21 +143,50 @@ def format_validation_error(err: ValidationError, model: type[BaseModel] | None 
             hint = f"fix: use a value {op} {bound}"
         elif typ == "literal_error":
             hint = f"fix: use one of {ctx.get('expected')}"
+        elif typ in ("float_type", "int_type") and isinstance(e.get("input"), bool | str):
+            number, example = (
+                ("a number", "0.5") if typ == "float_type" else ("a whole number", "3")
+            )
+            hint = (
+                f"fix: give {number} (true and false are not numbers)"
+                if isinstance(e["input"], bool)
+                else f"fix: give {number} without quotes, e.g. {example}"
+            )
         elif "fix:" in msg:
             hint = ""
         got = "" if typ in ("missing", "value_error") else f" (got {e.get('input')!r})"
         if typ == "extra_forbidden":
             got = ""
-        lines.append(f"{where}: {msg}{got}" + (f"; {hint}" if hint else ""))
+        # a check of a whole (sub)config names its fields itself: no "(config): " or "task: "
+        named = not loc or msg.startswith((f"{where}.", f"{where} "))
+        lines.append(
+            ("" if named else f"{where}: ") + f"{msg}{got}" + (f"; {hint}" if hint else "")
+        )
     return "\n".join(lines)
 
 
+MAX_CONFIG_BYTES = 2**20  # a config or sweep spec is a few kB; /dev/zero would never end
+
+
 def read_toml(path: str | Path) -> dict[str, Any]:
-    """Read a TOML file; missing files and syntax errors become :class:`ConfigError`."""
+    """Read a TOML file (a regular file of at most 1 MiB); missing files, folders, devices,
+    pipes, larger files and syntax errors become :class:`ConfigError`."""
     path = Path(path)
     try:
+        mode = path.stat().st_mode  # before opening: opening a pipe waits for a writer
+        if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+            raise ConfigError(
+                f"config {str(path)!r} is not a regular file (a device, pipe or socket); "
+                f"fix: give a TOML file"
+            )
         with path.open("rb") as f:
-            return tomllib.load(f)
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"config {str(path)!r} is larger than {MAX_CONFIG_BYTES // 2**20} MiB, too large "
+                f"for a config; fix: give a TOML config file (a few kB)"
+            )
+        return tomllib.loads(raw.decode())
     except FileNotFoundError:
         raise ConfigError(
             f"config file {str(path)!r} does not exist; fix: check the path"
@@ -129,19 +199,77 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not a UTF-8 text file; fix: give a TOML file") from None
 
 
-def parse_override(item: str) -> tuple[list[str], Any]:
-    """``a.b.c=VALUE`` → (["a", "b", "c"], value); VALUE is a TOML value or else a bare string."""
+def takes_text(model: type[BaseModel] | None, path: list[str]) -> bool | None:
+    """Whether the config field at ``path`` takes text (a string, or one of some words such as
+    an activation name): True or False, or None where ``path`` is not a field of ``model``."""
+    from typing import Literal, Union, get_args, get_origin
+
+    def models_in(annotation) -> list[type[BaseModel]]:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return [annotation]
+        return [m for a in get_args(annotation) for m in models_in(a)]
+
+    def is_text(annotation) -> bool:
+        origin = get_origin(annotation)
+        if origin is Literal:
+            return any(isinstance(a, str) for a in get_args(annotation))
+        if origin is Union or type(annotation).__name__ == "UnionType" or origin is Annotated:
+            return any(is_text(a) for a in get_args(annotation))
+        return annotation is str
+
+    if model is None:
+        return None
+    annotations: list[Any] = [model]
+    for p in path:
+        annotations = [
+            m.model_fields[p].annotation
+            for a in annotations
+            for m in models_in(a)
+            if p in m.model_fields
+        ]
+        if not annotations:
+            return None
+    return any(is_text(a) for a in annotations)
+
+
+_TOML_FIX = (
+    'fix: write a TOML value — quote text ("softmax1"), numbers as 0.5 or 1e-3, lists as '
+    '[1.0, 2.0], tables as {kind = "spike", a = [2.0]}'
+)
+
+
+def parse_value(
+    raw: str, path: list[str], is_text: Callable[[list[str]], bool | None] | None, what: str
+) -> Any:
+    """Parse ``raw`` as a TOML value. Text that is not TOML (a bare word such as ``softmax1``) is
+    taken as that text only where ``is_text(path)`` says the field takes text, or where the key is
+    not a field at all (validation then names the unknown key); anything else is refused."""
+    raw = raw.strip()
+    try:
+        return tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError as e:
+        text = None if is_text is None else is_text(path)
+        if text or (text is None and is_text is not None):
+            return raw
+        reason = str(e).split(" (at ")[0].lower()
+        raise ConfigError(
+            f"{'.'.join(path)}: {raw!r} is not a TOML value ({reason}) in {what}; {_TOML_FIX}"
+        ) from None
+
+
+def parse_override(
+    item: str, is_text: Callable[[list[str]], bool | None] | None = None, what: str | None = None
+) -> tuple[list[str], Any]:
+    """``a.b.c=VALUE`` → (["a", "b", "c"], value); VALUE is a TOML value (see :func:`parse_value`:
+    a bare word only where ``is_text`` says the field takes text)."""
+    what = what or f"override {item!r}"
     if "=" not in item:
-        raise ConfigError(f"override {item!r} has no '='; fix: write it as key.path=value")
+        raise ConfigError(f"{what} has no '='; fix: write it as key.path=value")
     key, raw = item.split("=", 1)
     path = [p.strip() for p in key.strip().split(".")]
     if not all(path):
-        raise ConfigError(f"override {item!r} has an empty key; fix: write it as key.path=value")
-    try:
-        value = tomllib.loads(f"v = {raw.strip()}")["v"]
-    except tomllib.TOMLDecodeError:
-        value = raw.strip()
-    return path, value
+        raise ConfigError(f"{what} has an empty key; fix: write it as key.path=value")
+    return path, parse_value(raw, path, is_text, what)
 
 
 def merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -161,14 +289,23 @@ def merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+def apply_overrides(
+    data: dict[str, Any],
+    overrides: list[str],
+    model: type[BaseModel] | None = None,
+    is_text: Callable[[list[str]], bool | None] | None = None,
+) -> dict[str, Any]:
     """Set dotted keys in a nested dict (new nested tables are created as needed).
 
     A table value (``task.latent={kind="spike", a=[1.0]}``) replaces that table whole; setting
-    a ``kind`` to a new value empties its table; any other value is set in place.
+    a ``kind`` to a new value empties its table; any other value is set in place. Values are TOML
+    values; a bare word (``model.activation=softmax1``) is text only where the field of ``model``
+    takes text (or ``is_text(path)`` says so), and is refused otherwise.
     """
+    if is_text is None and model is not None:
+        is_text = partial(takes_text, model)
     for item in overrides:
-        path, value = parse_override(item)
+        path, value = parse_override(item, is_text)
         data = set_key(data, path, value, what=f"override {item!r}")
     return data
 
@@ -219,7 +356,7 @@ def load_config(
         data = merge(data, base)
     if path is not None:
         data = merge(data, read_toml(path))
-    data = apply_overrides(data, list(overrides or []))
+    data = apply_overrides(data, list(overrides or []), model)
     try:
         return model.model_validate(data)
     except ValidationError as e:

@@ -10,10 +10,17 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, Strict, model_validator
+from pydantic import Field, Strict, field_validator, model_validator
 
 from headspec.conventions.config.base import PositiveInt, StrictModel, Vector
-from headspec.conventions.config.latent import LatentConfig, _default_latent
+from headspec.conventions.config.latent import (
+    MAX_SIGNAL,
+    MAX_VARIANCE,
+    LatentConfig,
+    _default_latent,
+    _largest,
+    check_range,
+)
 from headspec.core.attention import ACTIVATIONS
 from headspec.dynamics.engines import ENGINES
 from headspec.dynamics.engines.reduced import fits as reduced_fits
@@ -34,8 +41,8 @@ class TaskConfig(StrictModel):
     def _check(self):
         if self.D < self.latent.F:
             raise ValueError(
-                f"D = {self.D} is smaller than the number of latent features F = {self.latent.F}; "
-                f"fix: use D ≥ {self.latent.F}"
+                f"task.D = {self.D} is smaller than the number of latent features F = "
+                f"{self.latent.F}; fix: use task.D ≥ {self.latent.F}"
             )
         return self
 
@@ -68,10 +75,39 @@ class ModelConfig(StrictModel):
     aggregation: Literal["mean", "sum"] | None = Field(
         None, description="head aggregation; default mean for softmax, sum otherwise"
     )
-    sigma0: float = Field(0.1, ge=0, description="initial keys k_h ~ N(0, sigma0² I_D)")
-    b0: float | None = Field(
-        None, description="initial biases; default 0, and −log(L(H−1)) for softmax1 (SPEC §4)"
+    sigma0: float = Field(
+        0.1,
+        ge=0,
+        description="initial keys k_h ~ N(0, sigma0² I_D); plausible range 0 … 1000",
     )
+    b0: float | None = Field(
+        None,
+        description="initial biases; default 0, and −log(L(H−1)) for softmax1 (SPEC §4); "
+        "plausible range −1000 … 1000",
+    )
+
+    @field_validator("sigma0")
+    @classmethod
+    def _sigma0_range(cls, sigma0):
+        return check_range(
+            sigma0,
+            MAX_SIGNAL,
+            "the scale of the initial keys, whose overlaps are O(sigma0²)",
+            "use 0 ≤ model.sigma0 ≤ 1000 (default 0.1)",
+            low=0.0,
+        )
+
+    @field_validator("b0")
+    @classmethod
+    def _b0_range(cls, b0):
+        if b0 is None:
+            return b0
+        return check_range(
+            b0,
+            MAX_SIGNAL,
+            "initial biases, added to scores of order one",
+            "use |model.b0| ≤ 1000, or omit it for the SPEC §4 default",
+        )
 
 
 class ConstantSchedule(StrictModel):
@@ -158,7 +194,10 @@ class DiffusionOptions(StrictModel):
     samples as the theory's drift."""
 
     n: Annotated[int, Strict(), Field(ge=2)] = Field(
-        2048, description="base samples of the drift and noise (common random numbers)"
+        8192,
+        description="base samples of the drift and noise (common random numbers); where the "
+        "drift is small (plateaus) its relative error is largest: 2048 Sobol samples biased dQ/dt "
+        "on E1's common phase by ~15 %, 16384 by < 2 %",
     )
     sampler: Literal["mc", "sobol"] = Field(
         "sobol", description="plain Monte Carlo or scrambled Sobol quasi-Monte Carlo"
@@ -214,6 +253,26 @@ class SimulateConfig(_RunConfig):
         return self
 
 
+def unusual_settings(cfg) -> list[str]:
+    """Settings of a run config (simulate or theory) far beyond the usual ones though within the
+    plausible ranges — the likely cause of a divergence besides the learning rate: initial keys
+    (model.sigma0 > 10), biases (|model.b0| > 50) or a signal (|c·θ_f| > 50, c²·Var θ > 2500)
+    much larger than the usual O(1)."""
+    out = []
+    m = cfg.model
+    if m.sigma0 > 10:
+        out.append(f"model.sigma0 = {m.sigma0:g} (initial keys; usually 0.1)")
+    if m.b0 is not None and abs(m.b0) > 50:
+        out.append(f"model.b0 = {m.b0:g} (initial biases; usually of order one)")
+    signal, var = cfg.task.latent.signal_size()
+    if signal > 50 or var > 2500:
+        out.append(
+            f"task.latent (scaled θ with entries up to {signal:g}, variances up to {var:g}; "
+            f"usually a few units) — see task.latent.scale"
+        )
+    return out
+
+
 # ----------------------------------------------------------------------------- theory
 class PerturbedInit(StrictModel):
     """The exact law of the finite-D initial overlaps: k_h ~ N(0, σ0² I_D) at D = task.D.
@@ -239,9 +298,35 @@ class GivenInit(StrictModel):
     """A user-given state (M, Q, b); Q and the joint covariance [[Q, M], [Mᵀ, I]] must be PSD."""
 
     kind: Literal["given"] = "given"
-    M: Annotated[list[Vector], Field(min_length=1)] = Field(description="H rows of F numbers")
-    Q: Annotated[list[Vector], Field(min_length=1)] = Field(description="H×H, symmetric")
-    b: Vector | None = Field(None, description="H biases (default: model.b0 rule)")
+    M: Annotated[list[Vector], Field(min_length=1)] = Field(
+        description="H rows of F numbers (within ±1000)"
+    )
+    Q: Annotated[list[Vector], Field(min_length=1)] = Field(
+        description="H×H, symmetric (entries within ±10⁶)"
+    )
+    b: Vector | None = Field(None, description="H biases (default: model.b0 rule; within ±1000)")
+
+    @field_validator("M", "b")
+    @classmethod
+    def _overlap_range(cls, v, info):
+        m = _largest(v)
+        if m > MAX_SIGNAL:
+            raise ValueError(
+                f"an entry of size {m:g} is outside the plausible range ±{MAX_SIGNAL:g}; fix: "
+                f"give {info.field_name} of moderate size"
+            )
+        return v
+
+    @field_validator("Q")
+    @classmethod
+    def _gram_range(cls, Q):
+        m = _largest(Q)
+        if m > MAX_VARIANCE:
+            raise ValueError(
+                f"an entry of size {m:g} is outside the plausible range ±{MAX_VARIANCE:g} (Q_hh = "
+                f"|k_h|²/D); fix: give Q of moderate size"
+            )
+        return Q
 
 
 class SimulationInit(StrictModel):

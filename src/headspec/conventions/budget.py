@@ -1,0 +1,495 @@
+"""Size limits: the memory and the work of a run, estimated from its validated config before any
+work, and a refusal that names the option, the estimate and a fix when it cannot fit.
+
+The estimates are pure functions of a config (or of a few sizes); they count the arrays a run
+holds at its peak (bytes) — the D-dimensional keys, frames and tokens of the full engine (per
+seed, batch and token), the reduced engine's blocks of random numbers, the base samples of the
+D → ∞ risk (``record.n_mc``) and of the ODE's drift (``theory.n``) with the per-sample
+intermediates of their evaluation (vmapped over seeds), the chunks and per-sample losses of
+`headspec bayes`, the recorded grid — each term times a small factor for the temporaries XLA keeps
+beside it (measured on CPU, see ``tests/test_hardening_guards.py``). They are meant to be within a
+few times the real peak: far enough above it to refuse what would exhaust the machine, close
+enough not to refuse today's runs.
+
+:func:`check_budget` compares the estimate with :func:`available_memory` (the memory this process
+may still take: MemAvailable, or a cgroup limit if lower, times :data:`SAFETY`; the environment
+variable ``HEADSPEC_MEMORY`` — bytes, or e.g. ``64G`` — replaces it, e.g. where a run is
+estimated on one machine and runs on another) and refuses:
+
+- a run whose estimate exceeds that memory;
+- a simulation of more than :data:`MAX_STEPS` SGD steps (``train.T·task.D/train.batch``; for the
+  diffusion engine, Euler–Maruyama steps ``train.T/diffusion.dt``), and any
+  run whose time grid, counted in steps, exceeds 2⁵³ (steps are exact integers in float64 only up
+  to there; ``train.T = 1e30`` overflowed int64 and ran forever);
+- any whole-number setting beyond a 64-bit integer (JAX's index type here);
+- a sweep of more than :data:`MAX_SWEEP_TASKS` tasks (:func:`check_sweep_size`), before its
+  configs are built.
+
+Example:
+    >>> from headspec.conventions.config import SimulateConfig, load_config
+    >>> cfg = load_config(SimulateConfig, overrides=["task.D=100", "seeds=4"])
+    >>> est = estimate(cfg)
+    >>> est.total < 2**30, est.work            # under 1 GiB; 20·100 SGD steps
+    (True, 2000)
+    >>> big = load_config(SimulateConfig, overrides=["seeds=1000000000"])
+    >>> check_budget(big, available=2**34)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    headspec.conventions.config.base.ConfigError: seeds × record.n_mc = 1,000,000,000 × 4,096: ...
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from headspec.conventions.config import (
+    BayesRunConfig,
+    ConfigError,
+    SimulateConfig,
+    TheoryConfig,
+)
+
+SAFETY = 0.8  # share of the available memory a run may plan to use
+MAX_STEPS = 10**12  # SGD steps of one simulation: over 10 days at 1 µs a step
+MAX_GRID_STEPS = 2**53  # the time grid counts steps exactly (float64) only up to here
+INT64_MAX = 2**63 - 1
+MAX_SWEEP_TASKS = 100_000  # tasks of one sweep (each holds a config and a point file)
+
+# Temporaries beside each counted array (peaks measured on CPU, rounded up). Measured extra peak
+# resident memory against the estimate: held-out set of 4 seeds at D = 10⁴ 1.11 GB vs 1.34 GB;
+# record.n_mc = 2·10⁵ with 2 seeds 0.86 GB vs 1.64 GB; theory.n = 2¹⁶ 0.42 GB vs 0.60 GB;
+# diffusion engine, diffusion.n = 2¹⁵ with 4 seeds 0.65 GB vs 1.19 GB.
+C_STEP = 3  # tokens of an SGD step: Z, X = Z + spike, and the gradient's products
+C_TEST = 5  # held-out tokens, their targets and the prediction's temporaries
+C_RISK = 4  # per-sample intermediates of the D → ∞ risk (λ, ν, scores, weights, losses)
+C_DRIFT = 8  # the drift's per-sample gradients on top of the risk's intermediates
+C_BAYES = 4  # a chunk of `bayes` sequences and the predictors' scores on it
+F64 = 8  # bytes of a float64
+
+
+class Term(NamedTuple):
+    """One part of a run's memory: its bytes, what it is, the settings it grows with (with their
+    values) and how to shrink it."""
+
+    bytes: float
+    what: str
+    fields: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The memory of a run by part (bytes) and its work (SGD steps, solver grid steps or
+    samples, as ``work_what`` says)."""
+
+    command: str
+    terms: list[Term] = field(default_factory=list)
+    work: int = 0
+    work_what: str = ""
+
+    @property
+    def total(self) -> float:
+        return float(sum(t.bytes for t in self.terms))
+
+    @property
+    def largest(self) -> Term:
+        return max(self.terms, key=lambda t: t.bytes)
+
+
+def _n(x) -> str:
+    """A whole number with thousands separators."""
+    return f"{int(x):,}"
+
+
+def format_bytes(b: float) -> str:
+    """``1.6 GB``, ``350 MB``; beyond exabytes as a power of ten."""
+    for unit, size in (("EB", 1e18), ("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if b >= size:
+            if b >= 1000 * 1e18:
+                return f"10^{int(math.log10(b))} bytes"
+            return f"{b / size:.3g} {unit}"
+    return f"{b / 1e3:.3g} kB"
+
+
+def parse_bytes(text: str) -> int:
+    """``"64G"``, ``"512M"``, ``"1.5T"`` or a number of bytes → bytes (binary units)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)i?[bB]?\s*", text)
+    if not m:
+        raise ConfigError(
+            f"HEADSPEC_MEMORY = {text!r} is not a size; fix: give bytes or e.g. 64G, 512M"
+        )
+    power = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}[m.group(2).lower()]
+    return int(float(m.group(1)) * 1024**power)
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def available_memory() -> int:
+    """Bytes this process may still take: ``HEADSPEC_MEMORY`` if set; else the smaller of
+    MemAvailable (/proc/meminfo; physical memory where there is none) and the cgroup's limit
+    less its usage."""
+    env = os.environ.get("HEADSPEC_MEMORY")
+    if env:
+        return parse_bytes(env)
+    avail = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    if avail is None:
+        try:
+            avail = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            avail = 8 * 2**30  # unknown platform: assume a small machine
+    limit, used = (_read_int(f"/sys/fs/cgroup/memory.{k}") for k in ("max", "current"))
+    if limit is not None and used is not None:
+        avail = min(avail, max(0, limit - used))
+    return avail
+
+
+# ----------------------------------------------------------------------------- estimates
+def _law_sizes(latent) -> tuple[int, int]:
+    """(F, A): features, and the points of the expectation over θ (atoms; 1 if continuous)."""
+    F = latent.F
+    A = {"spike": 1, "flipped_spike": 2, "discrete": len(getattr(latent, "atoms", [0]))}
+    return F, A.get(latent.kind, 1)
+
+
+def _risk_terms(S: int | None, n: int, L: int, H: int, F: int, A: int, field_n: str) -> list[Term]:
+    """The base samples of a D → ∞ risk (n of them) and its evaluation for S states at once
+    (S = None: one state, not a number of seeds)."""
+    seeds = S is not None
+    S = S or 1
+    base = n * (L * (H + F) + F) * F64
+    evaluate = S * n * A * L * (H + F) * F64 * C_RISK
+    return [
+        Term(
+            base,
+            "base samples of the D → ∞ risk",
+            f"{field_n} = {_n(n)}",
+            f"a smaller {field_n}",
+        ),
+        Term(
+            evaluate,
+            "evaluating the D → ∞ risk" + (" of every seed at once" if seeds else ""),
+            f"seeds × {field_n} = {_n(S)} × {_n(n)}" if seeds else f"{field_n} = {_n(n)}",
+            f"fewer seeds or a smaller {field_n}" if seeds else f"a smaller {field_n}",
+        ),
+    ]
+
+
+def _record_term(S: int, points: int, H: int, F: int, A: int) -> Term:
+    per = H * F + H * H + H + 4 + 2 * A  # M, Q, b, risks (and per atom)
+    return Term(
+        S * (points + 1) * per * F64 * 2,
+        "the recorded time series",
+        f"seeds × record.points = {_n(S)} × {_n(points)}",
+        "fewer seeds or fewer record.points",
+    )
+
+
+def _steps(cfg) -> float:
+    return cfg.train.T * cfg.task.D / cfg.train.batch
+
+
+def estimate_simulate(cfg: SimulateConfig) -> Estimate:
+    """Memory of `headspec simulate` (full engine: D-dimensional keys, frames and tokens per
+    seed; reduced engine: coordinates in span(K*, K) and blocks of random numbers; diffusion
+    engine: the drift's and the increments' per-sample values on diffusion.n base samples)."""
+    from headspec.dynamics.engines import ENGINES
+
+    S, D, L, H, B = cfg.seeds, cfg.task.D, cfg.task.L, cfg.model.H, cfg.train.batch
+    F, A = _law_sizes(cfg.task.latent)
+    isz = 4 if cfg.train.dtype == "float32" else 8
+    terms = _risk_terms(S, cfg.record.n_mc, L, H, F, A, "record.n_mc")
+    terms.append(_record_term(S, cfg.record.points, H, F, A))
+    if cfg.train.engine == "full":
+        fix_D = "a smaller task.D, or the reduced engine (--engine reduced)"
+        terms += [
+            Term(
+                S * D * (H + F) * (isz + F64),
+                "keys and feature frames of every seed (and their float64 copies)",
+                f"seeds × (model.H + F) × task.D = {_n(S)} × {H + F} × {_n(D)}",
+                f"fewer seeds, {fix_D}",
+            ),
+            Term(
+                S * B * (L + 1) * D * isz * C_STEP,
+                "the tokens of one SGD step of every seed",
+                f"seeds × train.batch × task.L × task.D = {_n(S)} × {_n(B)} × {_n(L)} × {_n(D)}",
+                f"fewer seeds, a smaller train.batch, {fix_D}",
+            ),
+        ]
+        n_test = cfg.record.n_test
+        if n_test is None:  # the engine's default: ≤ 256 within 256 MiB for all seeds
+            n_test = min(256, 256 * 2**20 // max(1, S * L * D * isz))
+        if n_test >= 2:
+            terms.append(
+                Term(
+                    S * n_test * (L + 1) * D * isz * C_TEST,
+                    "the held-out sequences of every seed",
+                    f"seeds × record.n_test × task.L × task.D = {_n(S)} × {_n(n_test)} × "
+                    f"{_n(L)} × {_n(D)}",
+                    "a smaller record.n_test (0 disables it), fewer seeds",
+                )
+            )
+    elif cfg.train.engine == "diffusion":
+        opts = cfg.diffusion
+        n = _sobol_n(opts.n) if opts.sampler == "sobol" else opts.n
+        cyclic = cfg.task.D > opts.n if opts.head_cyclic == "auto" else bool(opts.head_cyclic)
+        terms += _drift_terms(S, n * H if cyclic else n, cyclic, L, H, F, A, "diffusion")
+        d = H * F + H * (H + 1) // 2 + H  # increments ψ of (M, Q, b) and their covariance
+        terms.append(
+            Term(
+                S * (n * H if cyclic else n) * A * d * F64 * 3 + S * d * d * F64 * 4,
+                "the increments' covariance of every seed",
+                f"seeds × diffusion.n × model.H² = {_n(S)} × {_n(n)} × {H}²",
+                "fewer seeds or a smaller diffusion.n",
+            )
+        )
+        steps = cfg.train.T / opts.dt
+        return Estimate("simulate", terms, int(min(steps, 2**63)), "Euler–Maruyama steps")
+    else:
+        s = F + H
+        block = ENGINES["reduced"].block
+        terms += [
+            Term(
+                S * s * s * (isz + F64) * 2,
+                "reduced keys and frames of every seed",
+                f"seeds × (F + model.H)² = {_n(S)} × {s}²",
+                "fewer seeds",
+            ),
+            Term(
+                S * block * B * L * (s + B * L) * isz * C_STEP,
+                f"the random numbers of {block} SGD steps of every seed",
+                f"seeds × train.batch² × task.L² = {_n(S)} × {_n(B)}² × {_n(L)}²",
+                "fewer seeds or a smaller train.batch",
+            ),
+        ]
+    return Estimate("simulate", terms, int(min(_steps(cfg), 2**63)), "SGD steps")
+
+
+def _sobol_n(n: int) -> int:
+    """Scrambled Sobol samples come in powers of 2: n rounded up."""
+    return 2 ** max(1, math.ceil(math.log2(n)))
+
+
+def _drift_terms(
+    S: int, m: int, cyclic: bool, L: int, H: int, F: int, A: int, section: str
+) -> list[Term]:
+    """The drift's m base samples (already × H when head-cyclic) and their per-sample gradients
+    for S states at once (the ODE's drift, or the diffusion engine's increments)."""
+    cyc = " × model.H (head-cyclic)" if cyclic else ""
+    fix = f"a smaller {section}.n" + (f" or {section}.head_cyclic = false" if cyclic else "")
+    return [
+        Term(
+            m * (L * (H + F) + F) * F64 * 3,
+            "base samples of the drift",
+            f"{section}.n{cyc} = {_n(m)}",
+            fix,
+        ),
+        Term(
+            S * m * A * L * (H + F) * F64 * C_DRIFT,
+            "the drift's per-sample gradients for every seed at once",
+            f"seeds × {section}.n{cyc} = {_n(S)} × {_n(m)}",
+            f"fewer seeds or {fix}",
+        ),
+    ]
+
+
+def _theory_samples(cfg: TheoryConfig) -> tuple[int, bool]:
+    """(drift base samples, head-cyclic) as :mod:`~headspec.conventions.build` makes them."""
+    n = cfg.theory.n
+    if cfg.theory.sampler == "sobol":
+        n = _sobol_n(n)
+    choice, kind = cfg.theory.head_cyclic, cfg.theory.init.kind
+    if choice == "auto":
+        cyclic = kind == "symmetric" or (kind == "perturbed" and cfg.task.D > cfg.theory.n)
+    else:
+        cyclic = bool(choice)
+    return n, cyclic
+
+
+def estimate_theory(cfg: TheoryConfig) -> Estimate:
+    """Memory of `headspec theory`: the drift's base samples (× H when head-cyclic) and their
+    per-sample gradients for every seed, and the recorded risk."""
+    L, H = cfg.task.L, cfg.model.H
+    F, A = _law_sizes(cfg.task.latent)
+    init = cfg.theory.init
+    S = max(cfg.seeds, len(getattr(init, "seeds", None) or []))
+    n, cyclic = _theory_samples(cfg)
+    terms = _risk_terms(S, cfg.record.n_mc, L, H, F, A, "record.n_mc")
+    terms.append(_record_term(S, cfg.record.points, H, F, A))
+    terms += _drift_terms(S, n * H if cyclic else n, cyclic, L, H, F, A, "theory")
+    return Estimate("theory", terms, int(min(_steps(cfg), 2**63)), "grid steps")
+
+
+def estimate_bayes(cfg: BayesRunConfig) -> Estimate:
+    """Memory of `headspec bayes`: one chunk of sequences (projected: about 2·10⁶ numbers, at
+    least one sequence; finite: about 2·10⁷ numbers, at least one sequence of L·D) and every
+    predictor's per-sample losses (kept for the paired standard errors)."""
+    L, D, n = cfg.task.L, cfg.task.D, cfg.bayes.samples
+    F, A = _law_sizes(cfg.task.latent)
+    discrete = cfg.task.latent.kind != "gaussian"
+    heads = 1 + (A if discrete else 0)  # mean head, Bayes-softmax head per atom
+    P = 5  # predictors: zero, uniform, mean head, Bayes-softmax, posterior
+    per_seq = L * (F + heads + 1 + A)
+    terms = [
+        Term(
+            P * n * F64 * 2,
+            "every predictor's per-sample losses",
+            f"bayes.samples = {_n(n)}",
+            "a smaller bayes.samples (--samples)",
+        )
+    ]
+    if cfg.bayes.route == "projected":
+        chunk = max(1, 2_000_000 // (L * (F + heads + 1)))
+        terms.append(
+            Term(
+                chunk * per_seq * F64 * C_BAYES,
+                "one chunk of projected sequences",
+                f"task.L = {_n(L)}",
+                "a smaller task.L (--L)",
+            )
+        )
+    else:
+        chunk = max(1, 20_000_000 // (L * D))
+        terms += [
+            Term(
+                chunk * L * D * F64 * C_BAYES,
+                "one chunk of D-dimensional sequences",
+                f"task.L × task.D = {_n(L)} × {_n(D)}",
+                "a smaller task.D (--D) or task.L, or the projected route (--route projected)",
+            ),
+            Term(
+                D * (F + heads) * F64 * 3,
+                "the feature frame and the predictors' keys",
+                f"task.D = {_n(D)}",
+                "a smaller task.D (--D), or the projected route (--route projected)",
+            ),
+        ]
+    return Estimate("bayes", terms, n, "samples")
+
+
+def estimate_prune(n: int, L: int, H: int, F: int, A: int, random_orders: int = 0) -> Estimate:
+    """Memory of `headspec prune --n N`: the risk's base samples and their evaluation, and the
+    removal paths of the random orders (each a few lists of H numbers)."""
+    terms = _risk_terms(None, n, L, H, F, A, "--n")
+    terms.append(
+        Term(
+            random_orders * (H + 1) * 200,
+            "the removal paths of the random orders",
+            f"--random-orders = {_n(random_orders)}",
+            "fewer --random-orders",
+        )
+    )
+    return Estimate("prune", terms, n * (1 + random_orders) * H * H, "risk samples")
+
+
+def estimate(cfg) -> Estimate:
+    """The estimate of a validated simulate, theory or bayes config."""
+    if isinstance(cfg, SimulateConfig):
+        return estimate_simulate(cfg)
+    if isinstance(cfg, TheoryConfig):
+        return estimate_theory(cfg)
+    if isinstance(cfg, BayesRunConfig):
+        return estimate_bayes(cfg)
+    raise TypeError(f"no estimate for {type(cfg).__name__}")
+
+
+# ----------------------------------------------------------------------------- checks
+def _check_ints(data, path: str = "") -> None:
+    """Every whole number of a config must fit a 64-bit integer."""
+    if isinstance(data, dict):
+        for k, v in data.items():
+            _check_ints(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            _check_ints(v, f"{path}[{i}]")
+    elif isinstance(data, int) and not isinstance(data, bool) and abs(data) > INT64_MAX:
+        raise ConfigError(
+            f"{path} = {data} does not fit a 64-bit integer (the largest is {INT64_MAX:,}); "
+            f"fix: give a smaller value"
+        )
+
+
+def check_work(cfg) -> None:
+    """Refuse whole numbers beyond 64 bits and step counts that overflow or never finish."""
+    _check_ints(cfg.model_dump(mode="python"))
+    if not isinstance(cfg, SimulateConfig | TheoryConfig):
+        return
+    steps = _steps(cfg)
+    where = f"train.T·task.D/train.batch = {cfg.train.T:g}·{_n(cfg.task.D)}/{_n(cfg.train.batch)}"
+    fix = "fix: lower train.T or task.D, or raise train.batch"
+    if isinstance(cfg, SimulateConfig) and cfg.train.engine != "diffusion" and steps > MAX_STEPS:
+        raise ConfigError(
+            f"{where} = {steps:.3g} SGD steps, beyond the {MAX_STEPS:.0e} any run can finish "
+            f"(over 10 days at 1 µs a step); {fix}"
+        )
+    if isinstance(cfg, SimulateConfig) and cfg.train.engine == "diffusion":
+        em = cfg.train.T / cfg.diffusion.dt
+        if em > MAX_STEPS:
+            raise ConfigError(
+                f"train.T/diffusion.dt = {cfg.train.T:g}/{cfg.diffusion.dt:g} = {em:.3g} "
+                f"Euler–Maruyama steps, beyond the {MAX_STEPS:.0e} any run can finish; fix: "
+                f"raise diffusion.dt or lower train.T"
+            )
+    if steps > MAX_GRID_STEPS:
+        raise ConfigError(
+            f"{where} = {steps:.3g} steps on the time grid, beyond 2^53 (where whole steps are "
+            f"no longer exact); {fix}"
+        )
+
+
+def check_budget(cfg, available: int | None = None) -> Estimate | None:
+    """Refuse (:class:`ConfigError`) a run that cannot fit or never ends, before any work.
+
+    ``available``: bytes the run may use (default: :func:`available_memory` × :data:`SAFETY`).
+    Returns the estimate of a run that fits (None for a config that is not a run's).
+    """
+    check_work(cfg)
+    if not isinstance(cfg, SimulateConfig | TheoryConfig | BayesRunConfig):
+        return None  # a config of no run: only its numbers are checked
+    est = estimate(cfg)
+    check_memory(est, available)
+    return est
+
+
+def check_memory(est: Estimate, available: int | None = None) -> None:
+    """Refuse an estimate above ``available`` bytes (default: the machine's, × SAFETY), naming
+    its largest part, the settings it grows with, and a fix."""
+    limit = available if available is not None else int(available_memory() * SAFETY)
+    if est.total <= limit:
+        return
+    big = est.largest
+    raise ConfigError(
+        f"{big.fields}: {est.command} needs ~{format_bytes(est.total)} of memory, mostly "
+        f"{big.what} (~{format_bytes(big.bytes)}), and this machine has "
+        f"{format_bytes(limit)} to spare; fix: {big.fix} (where the run will have more "
+        f"memory, say so with HEADSPEC_MEMORY, e.g. HEADSPEC_MEMORY=64G)"
+    )
+
+
+def check_sweep_size(points: int, tasks: int) -> None:
+    """Refuse a sweep of more than :data:`MAX_SWEEP_TASKS` tasks before building its configs."""
+    if tasks > MAX_SWEEP_TASKS:
+        raise ConfigError(
+            f"axes, sweep.seeds_per_task: the sweep has {points:,} grid points (the product of "
+            f"the axes' lengths) in {tasks:,} tasks (seed blocks), more than the "
+            f"{MAX_SWEEP_TASKS:,} one sweep may hold; fix: fewer axis values, more seeds per "
+            f"task (sweep.seeds_per_task), or split the sweep"
+        )

@@ -1,0 +1,352 @@
+"""The documentation a new user meets first, run or checked so it cannot go stale (issue 13,
+item 12): the README's quick start and first steps, its links, docs/model.md (the SPEC, kept in
+step with ../shared/SPEC.md) and the tutorial notebook docs/tutorial.md.
+
+The README's Python examples (```pycon blocks) are doctests that pytest collects from README.md
+itself (``--doctest-glob=README.md`` in pyproject.toml; checked below). The commands here run
+in-process through ``typer.testing.CliRunner``, at the README's own sizes.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import tomllib
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from headspec.apps.cli import app
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+MODEL = ROOT / "docs" / "model.md"
+TUTORIAL = ROOT / "docs" / "tutorial.md"
+SPEC = ROOT.parent / "shared" / "SPEC.md"  # the project's SPEC, beside the repository
+
+runner = CliRunner()
+
+
+# ============================================================================ Markdown helpers
+FENCE = re.compile(r"^```([\w-]*)[^\n]*\n(.*?)^```[ \t]*$", re.S | re.M)
+
+
+def sections(text: str) -> dict[str, str]:
+    """Heading text → the section's body (up to the next heading of any level), ## and deeper;
+    fenced blocks are skipped when looking for headings."""
+    out, name, buf, fenced = {}, "", [], False
+    for line in text.splitlines(keepends=True):
+        if line.startswith("```"):
+            fenced = not fenced
+        m = None if fenced else re.match(r"^(#{1,6}) (.*)$", line)
+        if m:
+            out[name] = "".join(buf)
+            name, buf = m.group(2).strip(), []
+        else:
+            buf.append(line)
+    out[name] = "".join(buf)
+    return out
+
+
+def blocks(text: str, *langs: str) -> list[str]:
+    """The bodies of the fenced code blocks of the given languages, in order."""
+    return [body for lang, body in FENCE.findall(text) if lang in langs]
+
+
+def github_slug(heading: str) -> str:
+    """GitHub's anchor of a heading: inline markup dropped, lower case, punctuation removed,
+    spaces → hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading).replace("`", "")
+    return re.sub(r"[^\w\- ]", "", text.strip().lower()).replace(" ", "-")
+
+
+def anchors(text: str) -> set[str]:
+    """Every heading anchor of a Markdown file (duplicates get GitHub's -1, -2 … suffixes)."""
+    seen: dict[str, int] = {}
+    out = set()
+    for name in sections(text):
+        if not name:
+            continue
+        slug = github_slug(name)
+        k = seen.get(slug, 0)
+        seen[slug] = k + 1
+        out.add(slug if k == 0 else f"{slug}-{k}")
+    return out
+
+
+def model_body(text: str) -> str:
+    """docs/model.md without its header: everything after the first rule line ``---``."""
+    _, sep, body = text.partition("\n---\n\n")
+    assert sep, "docs/model.md: no '---' rule after the header"
+    return body
+
+
+def command_lines(text: str) -> list[list[str]]:
+    """Every `headspec …` command of the README: lines of bash/console blocks (a leading `$ ` and
+    trailing `# comments` dropped) and inline code spans starting with `headspec `."""
+    found = []
+    for body in blocks(text, "bash", "console", "sh"):
+        for line in body.splitlines():
+            line = line.removeprefix("$ ").strip()
+            if line.startswith(("headspec ", ".venv/bin/headspec ")):
+                found.append(shlex.split(line, comments=True))
+            elif "&& .venv/bin/headspec " in line:
+                found.append(shlex.split(line.split("&& ")[-1], comments=True))
+    for span in re.findall(r"`(headspec [^`]*)`", text):
+        found.append(shlex.split(span.replace("[", " ").replace("]", " ")))
+    return found
+
+
+def click_command(words: list[str]):
+    """The click command a README command line names: (command, its path of names, the rest of
+    the words)."""
+    cmd, path, rest = typer.main.get_command(app), [], list(words[1:])
+    while rest and hasattr(cmd, "commands") and rest[0] in cmd.commands:
+        path.append(rest.pop(0))
+        cmd = cmd.commands[path[-1]]
+    if path == ["sweep"] and rest and not rest[0].startswith("-"):  # `headspec sweep SPEC.toml`
+        path.append("run")
+        cmd = cmd.commands["run"]
+    assert path or all(w.startswith("-") for w in rest), f"`{shlex.join(words)}`: no command"
+    return cmd, path, rest
+
+
+def option_names(cmd) -> set[str]:
+    """Every option name of a click command, --help included."""
+    return {
+        o
+        for p in cmd.get_params(cmd.context_class(cmd))
+        if p.param_type_name == "option"
+        for o in (*p.opts, *p.secondary_opts)
+    }
+
+
+# ============================================================================ docs/model.md
+def test_model_md_is_the_spec():
+    """docs/model.md is SPEC.md verbatim below its header (where ../shared/SPEC.md exists: a
+    fresh clone, as in CI, has no ../shared)."""
+    if not SPEC.is_file():
+        pytest.skip(f"{SPEC} does not exist here (fresh clone): nothing to keep in step with")
+    body = model_body(MODEL.read_text(encoding="utf-8"))
+    assert body == SPEC.read_text(encoding="utf-8"), (
+        "docs/model.md differs from ../shared/SPEC.md; fix: copy SPEC.md below the header rule"
+    )
+
+
+def test_model_md_header_says_how_it_is_kept_in_step():
+    text = MODEL.read_text(encoding="utf-8")
+    header = text.partition("\n---\n\n")[0]
+    for words in ("Kept in step", "SPEC.md", "verbatim", "tests/test_docs.py"):
+        assert words in header, words
+    assert model_body(text).startswith("# The model"), "the body must start with SPEC's title"
+
+
+def modelling_choices(spec: str) -> list[tuple[str, str]]:
+    """(section number, clause) for every point SPEC marks ``*Modelling choice(s)*:``: the marked
+    sentence split at top-level semicolons (those outside parentheses)."""
+    out = []
+    for m in re.finditer(r"\*Modelling choices?\*:\s*(.*?\.)(?:\s|$)", spec, re.S):
+        sec = re.findall(r"^## (\d+)\.", spec[: m.start()], re.M)[-1]
+        sentence, depth, clause = " ".join(m.group(1).split()), 0, ""
+        for ch in sentence:
+            depth += (ch == "(") - (ch == ")")
+            if ch == ";" and depth == 0:
+                out.append((sec, clause.strip()))
+                clause = ""
+            else:
+                clause += ch
+        out.append((sec, clause.strip().rstrip(".")))
+    return out
+
+
+# each SPEC clause marked *modelling choice* → the bold name of its bullet in the README's
+# "Modelling choices" list (a new marked clause in SPEC fails the test below until added here)
+CHOICE_BULLETS = {
+    "heads are averaged for softmax": "Aggregation of heads",
+    "every head has a trainable bias": "Biases",
+}
+
+
+def test_spec_modelling_choices_are_listed_in_the_readme():
+    """Every point SPEC marks *modelling choice* has its bullet in the README's list, citing
+    SPEC's section (with a link into docs/model.md)."""
+    choices = modelling_choices(model_body(MODEL.read_text(encoding="utf-8")))
+    assert len(choices) >= 2, choices  # the parser found SPEC §3's two choices at least
+    listing = sections(README.read_text(encoding="utf-8"))["Modelling choices"]
+    bullets = re.findall(r"^- \*\*(.+?)\*\*(.*?)(?=^- |\Z)", listing, re.S | re.M)
+    by_name = {name: rest for name, rest in bullets}
+    for sec, clause in choices:
+        names = [b for start, b in CHOICE_BULLETS.items() if clause.startswith(start)]
+        assert names, f"SPEC §{sec} marks a modelling choice the README does not list: {clause!r}"
+        rest = by_name.get(names[0])
+        assert rest is not None, f"README 'Modelling choices' has no bullet **{names[0]}**"
+        assert f"[§{sec}](docs/model.md#" in rest, f"**{names[0]}** does not cite §{sec}"
+
+
+# ============================================================================ links
+@pytest.mark.parametrize("doc", [README, MODEL, TUTORIAL], ids=lambda p: p.name)
+def test_relative_links_resolve_inside_the_repository(doc):
+    """Every relative link of the first-contact docs names a file of this repository (nothing
+    outside it, e.g. ../shared), and every #anchor names a heading of the target."""
+    text = FENCE.sub("", doc.read_text(encoding="utf-8"))
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert links
+    for link in links:
+        if re.match(r"^[a-z]+:", link):  # http(s), mailto: not ours to check
+            continue
+        path, _, anchor = link.partition("#")
+        target = (doc.parent / path).resolve() if path else doc
+        assert target.is_relative_to(ROOT), f"{doc.name}: {link} points outside the repository"
+        assert target.exists(), f"{doc.name}: {link}: no such file"
+        if anchor and target.suffix == ".md":
+            assert anchor in anchors(target.read_text(encoding="utf-8")), (
+                f"{doc.name}: {link}: no heading with this anchor"
+            )
+
+
+def test_readme_points_at_the_shipped_docs():
+    text = README.read_text(encoding="utf-8")
+    assert "](docs/model.md)" in text and "](docs/tutorial.md)" in text
+    assert "../shared" not in text
+    assert "(in progress)" not in text
+
+
+# ============================================================================ quick start
+def test_quick_start_commands_are_what_ci_and_pytest_run():
+    """The two set-up commands (minutes each: a venv, then `reproduce` or the whole suite) are
+    checked, not run: command 2 is the line .ci/run runs verbatim, command 1 installs the same
+    way and runs a real `headspec` command through the installed entry point; `pytest` there
+    collects the README's doctests."""
+    (setup,) = blocks(sections(README.read_text(encoding="utf-8"))["Quick start"], "bash")
+    commands = [ln for ln in setup.splitlines() if ln.strip() and not ln.startswith("#")]
+    assert len(commands) == 2, commands
+    run_cmd, test_cmd = commands
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert test_cmd in ci, f"{test_cmd!r} is not a line of .ci/run"
+    venv, install, run = run_cmd.split(" && ")
+    ci_venv, ci_install, ci_pytest = test_cmd.split(" && ")
+    assert (venv, install) == (ci_venv, ci_install.replace('".[test]"', "."))
+    assert run.startswith(".venv/bin/headspec ") and ci_pytest == ".venv/bin/pytest"
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    assert project["project"]["scripts"]["headspec"] == "headspec.apps.cli:main"
+    assert "test" in project["project"]["optional-dependencies"]
+    pytest_cfg = project["tool"]["pytest"]["ini_options"]
+    assert "README.md" in pytest_cfg["testpaths"]
+    assert "--doctest-glob=README.md" in pytest_cfg["addopts"]
+    _, path, rest = click_command(shlex.split(run.removeprefix(".venv/bin/")))
+    assert path == ["reproduce"] and not rest
+
+
+def test_every_readme_command_and_option_exists():
+    """Each `headspec CMD --opt` of the README (code blocks and inline code) names a real command
+    and real options of it; its `--help` runs and shows them."""
+    lines = command_lines(README.read_text(encoding="utf-8"))
+    assert len(lines) > 20, len(lines)
+    helps: dict[str, str] = {}
+    for words in lines:
+        if len(words) > 1 and words[1].isupper():  # `headspec COMMAND --help`: a placeholder
+            continue
+        cmd, path, rest = click_command(words)
+        opts = {w.split("=")[0] for w in rest if w.startswith("-") and not w[1:2].isdigit()}
+        unknown = opts - option_names(cmd)
+        assert not unknown, f"`{shlex.join(words)}`: no such option(s) {sorted(unknown)}"
+        key = " ".join(path)
+        if key not in helps:
+            res = runner.invoke(app, [*path, "--help"], terminal_width=200)
+            assert res.exit_code == 0, res.output
+            helps[key] = res.output
+        for o in opts:
+            assert o in helps[key], f"`headspec {key} --help` does not show {o}"
+
+
+def _numbers(text: str) -> list[str]:
+    return re.findall(r"[+-]?\d+\.\d{5}", text)
+
+
+def test_bayes_examples_print_what_the_readme_shows():
+    """The `headspec bayes` section's console examples, run: the same title, the same risks (all
+    printed digits) and, for the refusal, the same one-line error and exit code 2."""
+    (ok, refused) = blocks(sections(README.read_text(encoding="utf-8"))["`headspec bayes`"],
+                           "console")  # fmt: skip
+    cmd, *shown = ok.splitlines()
+    res = runner.invoke(app, shlex.split(cmd.removeprefix("$ "))[1:])
+    assert res.exit_code == 0, res.output
+    assert shown[0].strip() == res.stdout.splitlines()[0].strip(), res.stdout
+    assert _numbers("\n".join(shown)) == _numbers(res.stdout), f"README is stale:\n{res.stdout}"
+    cmd, message, echo, code = refused.splitlines()
+    res = runner.invoke(app, shlex.split(cmd.removeprefix("$ "))[1:])
+    assert echo == "$ echo $?" and res.exit_code == int(code), res.output
+    assert res.stderr.strip() == message, f"README is stale: {res.stderr}"
+    assert "Traceback" not in res.output
+
+
+def test_first_steps_run_as_written(tmp_path, monkeypatch):
+    """Every command of "First steps on the command line", run as written (from a copy of the
+    repository's experiments/), exits 0 and writes what the README says; the numbers the
+    README quotes hold."""
+    first = sections(README.read_text(encoding="utf-8"))["First steps on the command line"]
+    (body,) = blocks(first, "bash")
+    shutil.copytree(ROOT / "experiments", tmp_path / "experiments")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    outputs = {}
+    for line in body.splitlines():
+        words = shlex.split(line, comments=True)
+        assert words[0] == "headspec", line
+        res = runner.invoke(app, words[1:])
+        assert res.exit_code == 0, f"{line}\n{res.output}"
+        assert "Traceback" not in res.output
+        outputs[words[1]] = res.stdout
+    assert set(outputs) == {"bayes", "simulate", "theory", "compare", "prune"}
+    for f in ("sim.nc", "theory.nc", "sim_risk.png", "sim_overlaps.png",
+              "sim_vs_theory_risk.png", "sim_prune.png"):  # fmt: skip
+        assert (tmp_path / f).stat().st_size > 0, f
+    # "bayes prints R_B ≈ 0.101", "ends … at risk ≈ 0.20", "within a few per cent"
+    (r_b,) = re.findall(r"Bayes posterior \(R_B\)\D*(\d\.\d+)", outputs["bayes"])
+    assert round(float(r_b), 3) == 0.101
+    import headspec as hs
+
+    sim, theory = hs.load(tmp_path / "sim.nc"), hs.load(tmp_path / "theory.nc")
+    assert round(float(sim.risk.isel(t=-1).mean()), 2) == 0.20
+    assert hs.compare(sim, theory)["risk"]["max_dev"] < 0.1
+
+
+# ============================================================================ the tutorial
+def tutorial_cells() -> list[str]:
+    return blocks(TUTORIAL.read_text(encoding="utf-8"), "python")
+
+
+def test_tutorial_is_a_jupytext_notebook():
+    """The front matter jupytext reads (`jupytext --to ipynb docs/tutorial.md`), and every code
+    cell compiles."""
+    yaml = pytest.importorskip("yaml")
+    text = TUTORIAL.read_text(encoding="utf-8")
+    assert text.startswith("---\njupyter:\n  jupytext:\n    text_representation:\n")
+    meta = yaml.safe_load(text.split("---\n")[1])
+    rep = meta["jupyter"]["jupytext"]["text_representation"]
+    assert (rep["extension"], rep["format_name"]) == (".md", "markdown")
+    assert meta["jupyter"]["kernelspec"]["language"] == "python"
+    cells = tutorial_cells()
+    assert len(cells) >= 10
+    for i, cell in enumerate(cells):
+        compile(cell, f"docs/tutorial.md, cell {i}", "exec")
+
+
+def test_tutorial_runs(tmp_path, monkeypatch):
+    """The tutorial's code cells, run in order in one namespace in a fresh folder: bayes →
+    simulate → theory → compare → prune, every figure written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    monkeypatch.chdir(tmp_path)
+    ns: dict = {"__name__": "__main__"}
+    for i, cell in enumerate(tutorial_cells()):
+        exec(compile(cell, f"docs/tutorial.md, cell {i}", "exec"), ns)
+    for f in ("sim_risk.png", "sim_overlaps.png", "sim_vs_theory_risk.png",
+              "sim_vs_theory_overlaps.png", "sim_prune.png"):  # fmt: skip
+        assert (tmp_path / f).stat().st_size > 0, f
+    assert ns["pruned"]["n_heads"] == [4, 3, 2, 1, 0]
+    assert ns["dev"]["risk"]["max_dev"] < 0.1
