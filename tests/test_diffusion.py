@@ -228,3 +228,27 @@ def test_law_against_the_reduced_engine_small():
     # and the spread is mostly noise: the initial spread of M (σ0/√D) is > 3× smaller
     sd = res["diffusion"]["M"].values.reshape(32, -1).std(0)
     assert np.all(sd > 3 * 0.1 / np.sqrt(1000)), sd
+
+
+def test_cli_simulate_with_the_diffusion_engine(tmp_path):
+    """`headspec simulate --engine diffusion` at D = 10⁹: a result of the shared schema that
+    records the engine's base samples, loads back, and whose seeds have separated by O(1/√D)."""
+    from typer.testing import CliRunner
+
+    from headspec.apps.cli import app
+    from headspec.conventions import results
+
+    out = tmp_path / "d.nc"
+    res = CliRunner().invoke(app, [
+        "simulate", "--engine", "diffusion", "--D", "1000000000", "--T", "1", "--seeds", "2",
+        "--H", "2", "--L", "5", "--set", "diffusion.n=256", "--set", "record.n_mc=64",
+        "-o", str(out),
+    ])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "t = 1 / 1" in " ".join(res.output.split())  # the bar counts t, not 10⁹ steps
+    ds = results.load(out)
+    assert ds.attrs["engine"] == "diffusion" and ds.attrs["head_cyclic"] == 1  # D > n: auto
+    assert ds.attrs["n_drift"] == 256 and ds.attrs["dt"] == 0.1
+    M = ds.M.isel(t=-1).values  # (seed, head, feature)
+    spread = np.abs(M[0] - M[1]).max()
+    assert 0 < spread < 1e-2, spread  # O(1/√D) = 3·10⁻⁵ times growth, not O(1)

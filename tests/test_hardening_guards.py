@@ -378,7 +378,7 @@ def test_int_beyond_64_bits_and_endless_runs_are_refused_by_check_work():
     budget.check_work(diffusion)
     same = estimate(_sim('train.engine="diffusion"', "task.D=10000")).total  # both head-cyclic
     assert estimate(diffusion).total == same
-    assert estimate(diffusion).total < 2 * G
+    assert estimate(diffusion).total < 4 * G  # 8 seeds, diffusion.n = 8192 head-cyclic
     budget.check_work(load_config(TheoryConfig, overrides=["train.T=1e9", "task.D=1000000"]))
 
 

@@ -219,7 +219,7 @@ def estimate_simulate(cfg: SimulateConfig) -> Estimate:
     terms = _risk_terms(S, cfg.record.n_mc, L, H, F, A, "record.n_mc")
     terms.append(_record_term(S, cfg.record.points, H, F, A))
     if cfg.train.engine == "full":
-        fix_D = "a smaller task.D, or the reduced engine (--engine reduced)"
+        fix_D = "a smaller task.D, or the reduced or diffusion engine (--engine reduced|diffusion)"
         terms += [
             Term(
                 S * D * (H + F) * (isz + F64),

@@ -316,7 +316,8 @@ def _config_problem(text, kind: str, H: int | None = None, F: int | None = None)
         first = format_validation_error(e, model).splitlines()[0].split("; fix:")[0]
         return f"config_json is not a valid {model.__name__} ({first})"
     if H is not None and cfg.model.H != H:
-        return f"config_json has model.H = {cfg.model.H} but the file has {H} heads"
+        heads = f"{H} head" + ("" if H == 1 else "s")
+        return f"config_json has model.H = {cfg.model.H} but the file has {heads}"
     if F is not None and cfg.task.latent.F != F:
         return f"config_json has F = {cfg.task.latent.F} latent features but the file has {F}"
     return None

@@ -185,7 +185,7 @@ def find_fixed_point(
     if guess.M.shape[0] == H and H != G:
         guess = reduce(guess, sizes)
     if guess.M.shape[0] != G:
-        raise ValueError(f"guess has {guess.M.shape[0]} heads; sizes {sizes} need {G} or {H}")
+        raise ValueError(f"guess has {guess.M.shape[0]} head(s); sizes {sizes} need {G} or {H}")
     F = guess.M.shape[1]
     x0 = _pack(guess.M, _factor(guess), guess.b)
 

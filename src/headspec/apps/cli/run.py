@@ -181,11 +181,16 @@ def simulate(
                         f"{tk.latent.kind} law", f"η = {cfg.train.lr:g}", f"T = {cfg.train.T:g}",
                         plural(cfg.seeds, "seed"), cfg.train.dtype,
                         f"{cfg.train.engine} engine"])  # fmt: skip
-    with progress_bar(counted("steps")) as bar:
-        total = round(cfg.train.T * tk.D / cfg.train.batch)
+    # SGD engines count steps; the diffusion engine's work is per unit t, so its bar shows t
+    sde = cfg.train.engine == "diffusion"
+    per_step = cfg.train.batch / tk.D  # t per SGD step
+    fmt = "t = {task.completed:.3g} / {task.total:.3g}" if sde else counted("steps")
+    with progress_bar(fmt) as bar:
+        total = cfg.train.T if sde else round(cfg.train.T / per_step)
         job = bar.add_task("compiling…", total=total)
 
         def progress(done, total):
+            done, total = (done * per_step, total * per_step) if sde else (done, total)
             bar.update(job, completed=done, total=total, description="training")
 
         ds = run_simulation(cfg, progress=progress)

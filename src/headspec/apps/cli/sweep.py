@@ -126,8 +126,8 @@ def sweep_run(
         fail(str(e))
     check_output_dir(plan.out, "--out")
     shape = " × ".join(f"{a.name}[{len(a.values)}]" for a in plan.axes)
-    banner("sweep", [plan.kind, f"{plural(len(plan.points), 'point')} ({shape}) ×",
-                     f"{plural(plan.seeds, 'seed')} in {plural(len(plan.tasks), 'task')}",
+    banner("sweep", [plan.kind, f"{plural(len(plan.points), 'point')} ({shape})",
+                     f"{plural(plan.seeds, 'seed')} each in {plural(len(plan.tasks), 'task')}",
                      f"→ {plan.out}"])  # fmt: skip
     bar = progress_bar(counted("tasks"))
     on_start, on_result = _bar_callbacks(bar, scheduler)
