@@ -252,3 +252,44 @@ def test_cli_simulate_with_the_diffusion_engine(tmp_path):
     M = ds.M.isel(t=-1).values  # (seed, head, feature)
     spread = np.abs(M[0] - M[1]).max()
     assert 0 < spread < 1e-2, spread  # O(1/√D) = 3·10⁻⁵ times growth, not O(1)
+
+
+@pytest.mark.slow
+def test_the_law_test_detects_a_wrong_noise():
+    """Power of the variance comparison: 64 seeds at D = 1000 to t = 4 (H = 2 softmax heads,
+    η = 3). The pooled log-ratio of the seed variances of M and Q (diffusion / reduced) is
+    consistent with 0 for the right noise and rejects the noise C × 2 (noise_factor √2), each at
+    4 s.e. (s.e. of a log-variance ratio √(2/(S−1) · 2) per quantity, pooled over the 8
+    quantities as if independent: conservative, they are positively correlated)."""
+    import dataclasses
+
+    from headspec.conventions import build
+    from headspec.conventions.config import SimulateConfig, load_config
+    from headspec.conventions.runs import simulate
+
+    S = 64
+    common = [
+        "task.latent={kind='discrete', atoms=[[2.5, 0.0], [0.0, 2.5]], probs=[0.6, 0.4]}",
+        "task.L=10", "task.D=1000", "model.H=2", "train.lr=3.0", "train.T=4.0", f"seeds={S}",
+        "record.grid='linear'", "record.points=2", "record.n_mc=64", "train.dtype='float64'",
+        "diffusion.n=512",
+    ]  # fmt: skip
+
+    def spread(engine, factor=1.0):
+        cfg = load_config(SimulateConfig, overrides=[*common, f"train.engine='{engine}'"])
+        orig = build.engine
+        if factor != 1.0:
+            build.engine = lambda c, s=None: dataclasses.replace(orig(c, s), noise_factor=factor)
+        try:
+            ds = simulate(cfg).isel(t=-1)
+        finally:
+            build.engine = orig
+        x = np.concatenate([ds[v].values.reshape(S, -1) for v in ("M", "Q")], axis=1)
+        return np.log(x.var(0, ddof=1))  # (8,)
+
+    ref = spread("reduced")
+    se = np.sqrt(2 * 2 / (S - 1) / ref.size)
+    right = (spread("diffusion") - ref).mean()
+    wrong = (spread("diffusion", np.sqrt(2.0)) - ref).mean()
+    assert abs(right) < 4 * se, (right, se)
+    assert wrong > 4 * se and abs(wrong - np.log(2.0)) < 4 * se, (wrong, se)
