@@ -69,7 +69,14 @@ def _run(engine, activation, D, T, seeds, seed=0, law=LAW, extra=()):
     return simulate(cfg)
 
 
-@pytest.mark.parametrize("activation", ["softmax", "softmax1", "bayes_softmax"])
+# softmax in the default suite; the other two with -m slow (default-suite time budget)
+_SLOW = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "activation",
+    ["softmax", pytest.param("softmax1", marks=_SLOW), pytest.param("bayes_softmax", marks=_SLOW)],
+)
 def test_reduced_engine_has_the_law_of_the_full_engine(activation):
     """D = 40, H = 3, L = 6, F = 2, atoms 2.5e₁ (p = 0.7), 2.5e₂; t = 20; 400 seeds per engine
     (disjoint seed ranges, so the two samples are independent)."""

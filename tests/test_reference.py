@@ -58,6 +58,7 @@ def test_bit_identical_to_before_the_redesign(ref, name):
     assert_identical(ref, name, run_case(ref, name))
 
 
+@pytest.mark.slow  # default-suite time budget (~10 min on 2 cores); the in-process cases stay
 def test_bit_identical_without_global_x64(tmp_path):
     """In a process whose JAX stays in 32-bit mode by default, importing headspec leaves it so,
     and the runs still give the stored float64 numbers."""

@@ -57,7 +57,10 @@ def _check(sim, th, until, tol_risk=0.03, tol_overlap=0.05):
     return dev
 
 
-@pytest.mark.parametrize("activation", ["softmax", "softmax1"])
+@pytest.mark.parametrize(
+    "activation",
+    ["softmax", pytest.param("softmax1", marks=pytest.mark.slow)],  # time budget
+)
 def test_theory_predicts_simulation_in_the_common_phase(tmp_path, activation):
     """D = 500, T = 6 (the heads move together toward K*E[θ]); measured: risk within 2%,
     M and Q within 0.02."""
