@@ -104,13 +104,10 @@ class _LatentBase(StrictModel):
         return self._build().scaled(self.scale)
 
 
-class SpikeConfig(_LatentBase):
-    """θ = a."""
+class _VectorLaw(_LatentBase):
+    """A law given by one latent vector ``a`` (spike, flipped spike): its range check and size."""
 
-    kind: Literal["spike"] = "spike"
-    a: Vector = Field(description="the fixed latent vector (length F; entries within ±1000)")
-
-    @field_validator("a")
+    @field_validator("a", check_fields=False)
     @classmethod
     def _a_range(cls, a):
         _check_entries(a, "a")
@@ -123,30 +120,24 @@ class SpikeConfig(_LatentBase):
     def F(self):
         return len(self.a)
 
+
+class SpikeConfig(_VectorLaw):
+    """θ = a."""
+
+    kind: Literal["spike"] = "spike"
+    a: Vector = Field(description="the fixed latent vector (length F; entries within ±1000)")
+
     def _build(self):
         return latent.Spike(self.a)
 
 
-class FlippedSpikeConfig(_LatentBase):
+class FlippedSpikeConfig(_VectorLaw):
     """θ = ±a with probability ½ each."""
 
     kind: Literal["flipped_spike"] = "flipped_spike"
     a: Vector = Field(
         description="the latent vector whose sign is flipped (length F; entries within ±1000)"
     )
-
-    @field_validator("a")
-    @classmethod
-    def _a_range(cls, a):
-        _check_entries(a, "a")
-        return a
-
-    def _sizes(self):
-        return _largest(self.a), 0.0
-
-    @property
-    def F(self):
-        return len(self.a)
 
     def _build(self):
         return latent.FlippedSpike(self.a)
