@@ -65,7 +65,12 @@ def test_a_failing_experiment_is_reported_and_the_others_still_run(tmp_path, mon
 
 @pytest.mark.parametrize(
     ("args", "expect"),
-    [(["--scale", "huge"], "--scale"), (["--only", "E9"], "E9")],
+    [
+        (["--scale", "huge"], "--scale"),
+        (["--only", "E9"], "E9"),
+        (["--scheduler", "nonsense://host"], "--scheduler"),
+        (["--tls-cert", "cert.pem"], "--scheduler"),
+    ],
 )
 def test_reproduce_refuses_bad_options(tmp_path, args, expect):
     r = CliRunner().invoke(app, ["reproduce", *args, "--out", str(tmp_path / "r")])

@@ -21,7 +21,7 @@ from headspec.apps import sweep
 from headspec.apps.cli import app
 from headspec.conventions import results
 from headspec.conventions.config import ConfigError
-from headspec.conventions.runs import simulate, solve
+from headspec.conventions.runs import config_model, simulate, solve
 
 runner = CliRunner()
 HEADSPEC = str(Path(sys.executable).parent / "headspec")
@@ -510,3 +510,62 @@ def test_ctrl_c_exits_130_and_the_rerun_resumes(tmp_path, jax_cache):
     kept = len(list((tmp_path / "out" / "points").glob("*.nc")))
     rc, log = _run_to_end(path, jax_cache)
     assert rc == 0 and f"resuming: {kept} of 8 tasks already finished" in log
+
+
+# ------------------------------------------------------------- reproduce on a scheduler
+_RECIPE = """
+[experiment]
+title = "tiny"
+[config]
+task = { L = 4, D = 60, latent = { kind = "discrete", atoms = [[2.0, 0.0], [0.0, 2.0]] } }
+model = { H = 2 }
+train = { T = 1.0, lr = 0.5, engine = "reduced" }
+record = { points = 5, n_mc = 512 }
+theory = { n = 256 }
+[scale.full]
+train = { T = 2.0 }
+"""
+
+
+def test_reproduce_on_a_scheduler_resumes_without_recomputing(client, tmp_path, monkeypatch):
+    """`reproduce --scale full --scheduler ADDRESS` at smoke size: the runs of a recipe go to the
+    scheduler's workers (results equal to runs in this process), and after an interruption the
+    same command reuses every finished run (files untouched) and computes only the rest."""
+    from headspec.apps import experiments
+    from headspec.apps.experiments import Run
+
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    (folder / experiments.EXPERIMENT_FILES["E1"]).write_text(_RECIPE)
+    interrupt = {"on": True}
+
+    def recipe(ctx):
+        pairs = ctx.paired([Run("a", "simulate", ("seeds=2",)),
+                            Run("b", "simulate", ("seeds=2", "train.lr=0.25"))])  # fmt: skip
+        if interrupt["on"]:
+            raise KeyboardInterrupt  # as a Ctrl-C after the first batch
+        ctx.runs([Run("c", "theory", ("train.lr=0.75",))])
+        ctx.claim("c", "q", f"{pairs['a'][2]['risk']['max_dev']:.3g}", True, tolerance="t")
+
+    monkeypatch.setitem(experiments.RECIPES, "E1", recipe)
+    out, lines = tmp_path / "report", []
+    kw = dict(scale="full", outdir=out, only=["E1"], scheduler=client.scheduler.address,
+              folder=folder, log=lines.append)  # fmt: skip
+    with pytest.raises(KeyboardInterrupt):
+        experiments.reproduce(**kw)
+    assert sorted(x.split(":")[1].strip().split()[-1] for x in lines) == ["worker"] * 4
+    data = out / "data"
+    first = {f.name: f.stat().st_mtime_ns for f in data.iterdir()}
+    assert sorted(first) == ["E1_a.nc", "E1_a_ode.nc", "E1_b.nc", "E1_b_ode.nc"]
+    a = results.load(data / "E1_a.nc")  # a worker's run equals the same run in this process
+    xr.testing.assert_equal(a.drop_attrs(), simulate(config_model(a)).drop_attrs())
+
+    interrupt["on"] = False
+    lines.clear()
+    (o,) = experiments.reproduce(**kw)
+    assert o.error is None and o.claims[0].tolerance == "t"
+    assert sorted(lines) == ["E1 a: reused", "E1 a_ode: reused", "E1 b: reused",
+                             "E1 b_ode: reused", "E1 c: " + lines[-1].split(": ")[1]]  # fmt: skip
+    assert lines[-1].endswith("on a worker")
+    assert {f: data.joinpath(f).stat().st_mtime_ns for f in first} == first  # nothing rewritten
+    assert (out / "index.md").exists() and (data / "E1_c.nc").exists()

@@ -14,7 +14,7 @@ Modules: ``base`` (Claim, Outcome, Context, helpers), ``e1`` … ``e6`` (the rec
 from collections.abc import Callable
 
 from headspec.apps.experiments import e1, e2, e3, e4, e5, e6
-from headspec.apps.experiments.base import CONFIG_SECTIONS, Claim, Context, Outcome
+from headspec.apps.experiments.base import CONFIG_SECTIONS, Claim, Context, Outcome, Run
 from headspec.apps.experiments.e1 import run as run_e1
 from headspec.apps.experiments.e2 import run as run_e2
 from headspec.apps.experiments.e3 import run as run_e3
@@ -24,6 +24,7 @@ from headspec.apps.experiments.e6 import run as run_e6
 from headspec.apps.experiments.report import environment, to_html, write_report
 from headspec.apps.experiments.runner import (
     EXPERIMENT_FILES,
+    SCALES,
     experiments_dir,
     reproduce,
     run_experiment,
@@ -38,9 +39,11 @@ __all__ = [
     "CONFIG_SECTIONS",
     "EXPERIMENT_FILES",
     "RECIPES",
+    "SCALES",
     "Claim",
     "Context",
     "Outcome",
+    "Run",
     "environment",
     "experiments_dir",
     "reproduce",

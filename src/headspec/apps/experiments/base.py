@@ -1,16 +1,23 @@
 """What every recipe shares: claims, the outcome of an experiment, its context, small helpers.
 
-A recipe (``e1.py`` … ``e6.py``) is a function ``run(ctx: Context)`` that records claims, figures
+A recipe (``e1.py`` … ``e7.py``) is a function ``run(ctx: Context)`` that records claims, figures
 and configs on ``ctx.outcome``. :class:`Context` resolves the recipe's TOML (``[experiment]``
 parameters, ``[config]`` base config, ``[scale.<name>]`` overrides) and runs theory and simulation
 with every resolved config kept for the report.
+
+Every run goes through :meth:`Context.runs`: its result file ``data/<id>_<name>.nc`` is reused
+when it holds the same resolved config (so an interrupted reproduction resumes and recomputes
+nothing finished), and the runs of one call are independent, so with a Dask client (``--scheduler``
+or a local cluster) they run in parallel through the sweep's worker function.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +35,7 @@ class Claim:
     value: str
     holds: bool | None  # None: measured, no verdict
     note: str = ""
+    tolerance: str = ""  # the tolerance of the verdict and why (s.e., finite-D or finite-η)
 
     def __post_init__(self):
         if self.holds is not None:
@@ -44,13 +52,38 @@ class Outcome:
     seconds: float = 0.0
     error: str | None = None
     table: list[tuple] | None = None  # per-seed rows shown under the figures (E6)
+    table_header: tuple[str, ...] | None = None  # the table's column names
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    """One run of a recipe: ``kind`` "simulate" or "theory", its overrides (``--set`` syntax) and
+    an ``extra`` config table merged into the recipe's base config first."""
+
+    name: str
+    kind: str
+    overrides: tuple[str, ...] = ()
+    extra: dict | None = None
 
 
 class Context:
-    """What a recipe needs: its parameters, base config, output folders, and a run helper."""
+    """What a recipe needs: its parameters, base config, output folders, and run helpers.
 
-    def __init__(self, exp_id: str, spec: dict, scale: str, outdir: Path):
+    ``client``: a ``distributed.Client`` that runs the independent runs of one :meth:`runs` call
+    in parallel (None: in this process, one after the other); ``log``: called with a line of
+    text per finished or reused run."""
+
+    def __init__(
+        self,
+        exp_id: str,
+        spec: dict,
+        scale: str,
+        outdir: Path,
+        client: Any = None,
+        log: Callable[[str], None] | None = None,
+    ):
         self.id = exp_id
+        self.scale, self.outdir, self.client, self.log = scale, Path(outdir), client, log
         params = dict(spec.get("experiment", {}))
         config = dict(spec.get("config", {}))
         for k, v in spec.get("scale", {}).get(scale, {}).items():
@@ -67,26 +100,115 @@ class Context:
 
     def cfg(self, model, name: str, *overrides: str, extra: dict | None = None):
         base = merge(self.config, extra or {})
-        if model is SimulateConfig:
-            base = {k: v for k, v in base.items() if k != "theory"}
+        other = "theory" if model is SimulateConfig else "diffusion"  # the other kind's section
+        base = {k: v for k, v in base.items() if k != other}
         c = load_config(model, base=base, overrides=list(overrides))
         self.outcome.configs[name] = json.loads(c.model_dump_json())
         return c
 
-    def theory(self, name: str, *overrides: str, extra: dict | None = None):
-        from headspec.conventions.runs import solve
+    def path(self, name: str) -> Path:
+        """The result file of run ``name``."""
+        return self.datadir / f"{self.id}_{name}.nc"
 
-        ds = solve(self.cfg(TheoryConfig, name, *overrides, extra=extra))
-        results.save(ds, self.datadir / f"{self.id}_{name}.nc")
+    def runs(self, batch: list[Run]) -> dict[str, Any]:
+        """Run independent runs (in parallel with a client); returns name → dataset.
+
+        A run whose file already holds the same resolved config is loaded, not recomputed."""
+        from headspec.conventions.budget import check_budget
+
+        todo, done = [], {}
+        for r in batch:
+            model = SimulateConfig if r.kind == "simulate" else TheoryConfig
+            c = self.cfg(model, r.name, *r.overrides, extra=r.extra)
+            check_budget(c)
+            ds = _reusable(self.path(r.name), c)
+            if ds is not None:
+                done[r.name] = ds
+                self._log(f"{self.id} {r.name}: reused")
+            else:
+                todo.append((r, c))
+        if self.client is not None and len(todo) > 0:
+            done.update(self._run_dask(todo))
+        else:
+            for r, c in todo:
+                done[r.name] = self._run_here(r, c)
+        return {r.name: done[r.name] for r in batch}
+
+    def _log(self, text: str) -> None:
+        if self.log is not None:
+            self.log(text)
+
+    def _run_here(self, r: Run, c) -> Any:
+        import time
+
+        from headspec.conventions.runs import simulate, solve
+
+        t0 = time.perf_counter()
+        ds = simulate(c) if r.kind == "simulate" else solve(c)
+        results.save(ds, self.path(r.name))
+        self._log(f"{self.id} {r.name}: {time.perf_counter() - t0:.0f} s")
         return ds
 
-    def simulate(self, name: str, *overrides: str):
-        from headspec.conventions.runs import simulate
+    def _run_dask(self, todo: list) -> dict[str, Any]:
+        """The runs as tasks of the sweep's worker function (the worker writes the file itself
+        when it shares this folder, else this process writes what it returns)."""
+        import secrets
 
-        ds = simulate(self.cfg(SimulateConfig, name, *overrides))
-        path = self.datadir / f"{self.id}_{name}.nc"
-        results.save(ds, path)
-        return ds, path
+        from distributed import as_completed
+
+        from headspec.apps.sweep.worker import TOKEN, run_task
+        from headspec.conventions.io import write_text_atomic
+
+        token_file = self.outdir / TOKEN
+        if not token_file.exists():
+            write_text_atomic(token_file, secrets.token_hex(16))
+        token = token_file.read_text()
+        futures = {
+            self.client.submit(
+                run_task, r.kind, c.model_dump_json(), str(self.path(r.name)), token, pure=False
+            ): r
+            for r, c in todo
+        }
+        out = {}
+        for fut in as_completed(futures):
+            r, res = futures[fut], fut.result()
+            if res["status"] == "failed":
+                raise RuntimeError(f"run {r.name} failed on a worker: {res['error']}")
+            if not res.get("written"):
+                results.save(res["dataset"], self.path(r.name))
+            out[r.name] = results.load(self.path(r.name))
+            self._log(f"{self.id} {r.name}: {res['elapsed_s']:.0f} s on a worker")
+        return out
+
+    def theory(self, name: str, *overrides: str, extra: dict | None = None):
+        return self.runs([Run(name, "theory", overrides, extra)])[name]
+
+    def simulate(self, name: str, *overrides: str, extra: dict | None = None):
+        ds = self.runs([Run(name, "simulate", overrides, extra)])[name]
+        return ds, self.path(name)
+
+    def theory_of(self, sim: Run, *overrides: str) -> Run:
+        """The ODE run (named ``<sim>_ode``) of simulation ``sim``'s config, started from each of
+        its seeds' exact initial state (its result file); ``diffusion.*`` overrides are dropped."""
+        init = f'theory.init={{kind="simulation", path="{self.path(sim.name).as_posix()}"}}'
+        own = tuple(o for o in sim.overrides if not o.startswith("diffusion."))
+        extra = {k: v for k, v in (sim.extra or {}).items() if k != "diffusion"}
+        return Run(f"{sim.name}_ode", "theory", (*own, init, *overrides), extra or None)
+
+    def paired(self, batch: list[Run], theory_overrides: tuple[str, ...] = ()) -> dict:
+        """Simulations and, beside each, the ODE from each of its seeds' exact initial state.
+
+        Returns name → (simulation, theory, deviations) with the deviations of
+        :func:`headspec.dynamics.analysis.compare` over the whole run."""
+        from headspec.dynamics import analysis
+
+        sims = self.runs(batch)
+        ths = self.runs([self.theory_of(r, *theory_overrides) for r in batch])
+        return {
+            r.name: (sims[r.name], ths[f"{r.name}_ode"],
+                     analysis.compare(sims[r.name], ths[f"{r.name}_ode"]))
+            for r in batch
+        }  # fmt: skip
 
     def figure(self, fig, name: str):
         from headspec.apps.plots import write_figure
@@ -98,6 +220,19 @@ class Context:
 
     def claim(self, *args, **kw):
         self.outcome.claims.append(Claim(*args, **kw))
+
+
+def _reusable(path: Path, cfg) -> Any:
+    """The dataset in ``path`` when it is a valid result of exactly this resolved config."""
+    if not path.exists():
+        return None
+    try:
+        ds = results.load(path)
+    except Exception:  # a damaged or foreign file is recomputed (and overwritten)
+        return None
+    if results.config_of(ds) != json.loads(cfg.model_dump_json()):
+        return None
+    return ds
 
 
 def _fmt(x, digits=3):

@@ -71,15 +71,17 @@ def markdown(outcomes: list[Outcome], env: dict, scale: str, seconds: float) -> 
     md += [f"{held} claim{' holds' if held == 1 else 's hold'}, {failed} do not, at this scale; "
            f"{errors} experiment{'' if errors == 1 else 's'} failed to run. "
            f"Total time {seconds / 60:.1f} min.", ""]  # fmt: skip
-    md += ["## Claims", "", "| exp. | claim | measured | value | holds |", "|---|---|---|---|---|"]
+    md += ["## Claims", "", "| exp. | claim | measured | value | tolerance (why) | holds |",
+           "|---|---|---|---|---|---|"]  # fmt: skip
     for o in outcomes:
         if o.error:
             md.append(
-                f"| {o.id} | (experiment failed) | — | `{_md(o.error.splitlines()[0])}` | NO |"
+                f"| {o.id} | (experiment failed) | — | `{_md(o.error.splitlines()[0])}` | — | NO |"
             )
         for c in o.claims:
             note = f" ({c.note})" if c.note else ""
-            cells = (o.id, c.claim, c.quantity + note, c.value, _verdict(c.holds))
+            cells = (o.id, c.claim, c.quantity + note, c.value, c.tolerance or "—",
+                     _verdict(c.holds))  # fmt: skip
             md.append("| " + " | ".join(_md(x) for x in cells) + " |")
     for o in outcomes:
         md += ["", f"## {o.id} — {o.title}", "", f"Run time {o.seconds:.0f} s."]
@@ -88,8 +90,9 @@ def markdown(outcomes: list[Outcome], env: dict, scale: str, seconds: float) -> 
         for fig in o.figures:
             md += ["", f"![{fig.stem}](figures/{fig.name})"]
         if o.table:
-            md += ["", "| seed | split after specialisation | final split | moves at t | "
-                   "risk bump |", "|---|---|---|---|---|"]  # fmt: skip
+            head = o.table_header or ("seed", "split after specialisation", "final split",
+                                      "moves at t", "risk bump")  # fmt: skip
+            md += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
             md += ["| " + " | ".join(_md(x) for x in row) + " |" for row in o.table]
         if o.configs:
             md += ["", "Configs: " + ", ".join(

@@ -7,12 +7,15 @@ installed package.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.resources
 import time
 import tomllib
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from headspec.apps.experiments.base import Context, Outcome
 from headspec.apps.experiments.report import write_report
@@ -25,6 +28,10 @@ EXPERIMENT_FILES = {
     "E5": "e5_pruning.toml",
     "E6": "e6_rearrangement.toml",
 }
+SCALES = (
+    "quick",
+    "full",
+)  # the scales of `headspec reproduce` (recipes also have "smoke", for tests)
 
 
 def experiments_dir():
@@ -39,16 +46,24 @@ def _recipe(exp_id: str):
     return importlib.import_module("headspec.apps.experiments").RECIPES[exp_id]
 
 
-def run_experiment(exp_id: str, scale: str, outdir: Path, folder: Path | None = None) -> Outcome:
+def run_experiment(
+    exp_id: str,
+    scale: str,
+    outdir: Path,
+    folder: Path | None = None,
+    client: Any = None,
+    log: Callable[[str], None] | None = None,
+) -> Outcome:
     """Run one experiment; an exception becomes ``Outcome.error`` (the others still run).
 
-    ``folder``: where the recipe TOMLs are (default: the ones shipped with the package)."""
+    ``folder``: where the recipe TOMLs are (default: the ones shipped with the package);
+    ``client``, ``log``: see :class:`~headspec.apps.experiments.base.Context`."""
     folder = folder or experiments_dir()
     t0 = time.perf_counter()
     try:
         with (folder / EXPERIMENT_FILES[exp_id]).open("rb") as f:
             spec = tomllib.load(f)
-        ctx = Context(exp_id, spec, scale, outdir)
+        ctx = Context(exp_id, spec, scale, outdir, client=client, log=log)
         _recipe(exp_id)(ctx)
         out = ctx.outcome
     except Exception as e:  # reported in the report, never hidden
@@ -63,17 +78,37 @@ def run_experiment(exp_id: str, scale: str, outdir: Path, folder: Path | None = 
     return out
 
 
-def reproduce(scale="quick", outdir="report", only=None, progress=None) -> list[Outcome]:
-    """Run E1–E6 (or ``only``) at a scale and write the report; returns the outcomes."""
+def reproduce(
+    scale="quick",
+    outdir="report",
+    only=None,
+    progress=None,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    security: Any = None,
+    log: Callable[[str], None] | None = None,
+    folder: Path | None = None,
+) -> list[Outcome]:
+    """Run E1–E7 (or ``only``) at a scale and write the report; returns the outcomes.
+
+    Runs go to a Dask cluster when ``scheduler`` (an address) or ``workers`` is given, and at
+    full scale (a local cluster by default); else they run in this process. Finished runs in
+    ``outdir/data`` with the same config are reused: an interrupted reproduction resumes."""
+    from headspec.apps.sweep.cluster import dask_client
+
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     ids = list(only or EXPERIMENT_FILES)
     t0 = time.perf_counter()
     outcomes = []
-    for k, exp_id in enumerate(ids):
-        if progress:
-            progress(exp_id, k, len(ids))
-        outcomes.append(run_experiment(exp_id, scale, outdir))
+    use_dask = scheduler is not None or workers is not None or scale == "full"
+    with (
+        dask_client(scheduler, workers, security) if use_dask else contextlib.nullcontext()
+    ) as client:
+        for k, exp_id in enumerate(ids):
+            if progress:
+                progress(exp_id, k, len(ids))
+            outcomes.append(run_experiment(exp_id, scale, outdir, folder, client, log))
     if progress:
         progress(None, len(ids), len(ids))
     write_report(outcomes, outdir, scale, time.perf_counter() - t0)
