@@ -329,3 +329,23 @@ def test_console_script_refuses_bad_L(tmp_path):
     assert "fix" in proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     assert not out.exists()
+
+
+def test_a_law_table_with_its_kind_replaces_the_default_law(tmp_path):
+    """A TOML law given by its kind and atoms (no probs) is uniform, not merged with the default
+    law's probs; a table without kind changes only its keys."""
+    import numpy as np
+
+    from headspec.conventions.config import SimulateConfig, load_config
+
+    whole = tmp_path / "whole.toml"
+    whole.write_text('[task.latent]\nkind = "discrete"\natoms = [[2.0, 0.0], [0.0, 2.0], '
+                     "[-2.0, 0.0]]\n")  # fmt: skip
+    law = load_config(SimulateConfig, whole).task.latent
+    assert law.probs is None
+    np.testing.assert_allclose(np.asarray(law.build().mean()), [0.0, 2.0 / 3.0], atol=1e-12)
+    part = tmp_path / "part.toml"
+    part.write_text("[task.latent]\nscale = 2.0\n")
+    default = SimulateConfig().task.latent
+    law = load_config(SimulateConfig, part).task.latent
+    assert law.scale == 2.0 and law.atoms == default.atoms and law.probs == default.probs

@@ -99,6 +99,9 @@ class Context:
         self.outcome = Outcome(exp_id, params.get("title", exp_id))
 
     def cfg(self, model, name: str, *overrides: str, extra: dict | None = None):
+        """The resolved config of run ``name`` (kept for the report): the recipe's base config,
+        ``extra`` merged into it (a table with a ``kind``, e.g. a latent law, replaces the
+        base's whole table), then the overrides."""
         base = merge(self.config, extra or {})
         other = "theory" if model is SimulateConfig else "diffusion"  # the other kind's section
         base = {k: v for k, v in base.items() if k != other}

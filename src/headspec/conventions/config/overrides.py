@@ -273,16 +273,14 @@ def parse_override(
 
 
 def merge(base: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """Recursively lay ``new`` over ``base``. A table whose ``kind`` changes is replaced whole
-    (a spike law does not inherit the atoms of a default discrete law)."""
+    """Recursively lay ``new`` over ``base``. A table that names its ``kind`` (a latent law, a
+    schedule, an init) is replaced whole: a spike law does not inherit the atoms of a default
+    discrete law, nor a discrete law given by its atoms the default's probs. A table without
+    ``kind`` (e.g. ``[task.latent] scale = 2``) changes only the keys it gives."""
     out = dict(base)
     for k, v in new.items():
         old = out.get(k)
-        if (
-            isinstance(v, dict)
-            and isinstance(old, dict)
-            and v.get("kind", old.get("kind")) == old.get("kind")
-        ):
+        if isinstance(v, dict) and isinstance(old, dict) and "kind" not in v:
             out[k] = merge(old, v)
         else:
             out[k] = v
