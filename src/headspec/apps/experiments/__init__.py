@@ -1,19 +1,21 @@
-"""The paper's findings E1–E6 (SPEC §7) as runnable recipes, and the report that collects them.
+"""The paper's findings E1–E7 (SPEC §7) as runnable recipes, and the report that collects them.
 
 Each experiment reads its recipe ``recipes/eN_*.toml`` (shipped with the package): an
 ``[experiment]`` table of parameters, a ``[config]`` table (the base task/model/train/record/theory
-config) and ``[scale.quick]`` / ``[scale.full]`` overrides. A recipe (``e1.py`` … ``e6.py``, each a
-``run(ctx)``) records on an :class:`Outcome`: claims with the measured number behind each (value,
-uncertainty, whether it holds), figures, and every resolved config it ran. :func:`reproduce` runs
-them, isolates failures, and writes ``report/index.md`` and ``index.html``.
+config) and ``[scale.smoke]`` (tests) / ``[scale.quick]`` / ``[scale.full]`` overrides. A recipe
+(``e1.py`` … ``e7.py``, each a ``run(ctx)``) records on an :class:`Outcome`: claims with the
+measured number behind each (value, uncertainty, tolerance and why, whether it holds), figures
+with simulation and theory side by side, and every resolved config it ran. :func:`reproduce` runs
+them (runs resumable, on Dask at full scale), isolates failures, and writes ``report/index.md``
+and ``index.html``.
 
-Modules: ``base`` (Claim, Outcome, Context, helpers), ``e1`` … ``e6`` (the recipes), ``runner``
-(recipe files, run one or all), ``report`` (Markdown report and its HTML rendering).
+Modules: ``base`` (Claim, Outcome, Context, Run, helpers), ``e1`` … ``e7`` (the recipes),
+``runner`` (recipe files, run one or all), ``report`` (Markdown report and its HTML rendering).
 """
 
 from collections.abc import Callable
 
-from headspec.apps.experiments import e1, e2, e3, e4, e5, e6
+from headspec.apps.experiments import e1, e2, e3, e4, e5, e6, e7
 from headspec.apps.experiments.base import CONFIG_SECTIONS, Claim, Context, Outcome, Run
 from headspec.apps.experiments.e1 import run as run_e1
 from headspec.apps.experiments.e2 import run as run_e2
@@ -21,6 +23,7 @@ from headspec.apps.experiments.e3 import run as run_e3
 from headspec.apps.experiments.e4 import run as run_e4
 from headspec.apps.experiments.e5 import run as run_e5
 from headspec.apps.experiments.e6 import run as run_e6
+from headspec.apps.experiments.e7 import run as run_e7
 from headspec.apps.experiments.report import environment, to_html, write_report
 from headspec.apps.experiments.runner import (
     EXPERIMENT_FILES,
@@ -33,6 +36,7 @@ from headspec.apps.experiments.runner import (
 # The recipe of each experiment id; the runner reads it from here at call time.
 RECIPES: dict[str, Callable[[Context], None]] = {
     "E1": e1.run, "E2": e2.run, "E3": e3.run, "E4": e4.run, "E5": e5.run, "E6": e6.run,
+    "E7": e7.run,
 }  # fmt: skip
 
 __all__ = [
@@ -53,6 +57,7 @@ __all__ = [
     "run_e4",
     "run_e5",
     "run_e6",
+    "run_e7",
     "run_experiment",
     "to_html",
     "write_report",

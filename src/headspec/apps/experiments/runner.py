@@ -27,6 +27,7 @@ EXPERIMENT_FILES = {
     "E4": "e4_bayes_softmax.toml",
     "E5": "e5_pruning.toml",
     "E6": "e6_rearrangement.toml",
+    "E7": "e7_representation.toml",
 }
 SCALES = (
     "quick",
