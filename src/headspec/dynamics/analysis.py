@@ -128,18 +128,38 @@ def atom_cosines(M: np.ndarray, Q: np.ndarray, atoms: np.ndarray) -> np.ndarray:
         return dots / (norm_h[..., None] * np.linalg.norm(atoms, axis=-1))
 
 
-def best_atom(M, Q, atoms, min_cos: float = 0.5) -> np.ndarray:
-    """Index of the atom each head is closest to (by cosine), −1 if no cosine reaches min_cos.
-    Shape (..., H)."""
-    c = atom_cosines(M, Q, atoms)
-    idx = np.argmax(np.nan_to_num(c, nan=-np.inf), axis=-1)
-    ok = np.take_along_axis(np.nan_to_num(c, nan=-np.inf), idx[..., None], -1)[..., 0] >= min_cos
-    return np.where(ok, idx, -1)
+UNDECIDED, IDLE = -1, -2  # labels of best_atom for a head on no atom
 
 
-def head_split(M, Q, atoms, min_cos: float = 0.5) -> np.ndarray:
-    """How many heads sit on each atom: (..., J) counts (heads matching no atom are left out)."""
-    idx = best_atom(M, Q, atoms, min_cos)
+def best_atom(M, Q, atoms, min_cos: float = 0.5, margin: float = 0.0, min_q: float = 0.0):
+    """Index of the atom each head sits on (by cosine), shape (..., H); ``UNDECIDED`` (−1) when
+    its best cosine is below ``min_cos`` or beats the runner-up atom's by less than ``margin``
+    (a head on the mean direction of two atoms, cos ≈ 0.7 with both, is on neither), ``IDLE``
+    (−2) when Q_hh < ``min_q`` (a switched-off softmax-1 or Bayes-softmax head).
+
+    >>> import numpy as np
+    >>> atoms = np.eye(2)                                  # two orthogonal features
+    >>> M = np.array([[1.0, 0.0], [0.7, 0.7], [0.0, 0.09]])
+    >>> Q = np.diag([1.0, 1.0, 0.01])                      # head 2 is small
+    >>> best_atom(M, Q, atoms).tolist()                    # head 1 on the mean: "on atom 0"
+    [0, 0, 1]
+    >>> best_atom(M, Q, atoms, margin=0.1, min_q=0.25).tolist()
+    [0, -1, -2]
+    """
+    c = np.nan_to_num(atom_cosines(M, Q, atoms), nan=-np.inf)  # (..., H, J)
+    idx = np.argmax(c, axis=-1)
+    top = np.sort(c, axis=-1)
+    best = top[..., -1]
+    second = top[..., -2] if c.shape[-1] > 1 else np.full_like(best, -np.inf)
+    out = np.where((best >= min_cos) & (best - second >= margin), idx, UNDECIDED)
+    q = np.einsum("...hh->...h", np.asarray(Q, dtype=float))
+    return np.where(q < min_q, IDLE, out)
+
+
+def head_split(M, Q, atoms, min_cos: float = 0.5, margin: float = 0.0, min_q: float = 0.0):
+    """How many heads sit on each atom (:func:`best_atom`): (..., J) counts; heads on no atom
+    (undecided or idle) are left out."""
+    idx = best_atom(M, Q, atoms, min_cos, margin, min_q)
     J = np.asarray(atoms).shape[0]
     return np.stack([(idx == j).sum(-1) for j in range(J)], axis=-1)
 

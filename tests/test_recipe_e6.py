@@ -1,0 +1,116 @@
+"""E6 (rearrangement): the recipe end to end at smoke scale, and its labelling and history logic on
+constructed inputs where the answer is known."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from headspec.apps.experiments import e6
+from headspec.dynamics import analysis
+
+ORTH = np.array([[2.5, 0.0], [0.0, 2.5]])
+SPIKE = np.array([[2.5], [-2.5]])
+
+
+def _state(dirs, norms=None):
+    """M, Q of unit-free heads pointing along ``dirs`` (H, F) with squared norms ``norms``."""
+    dirs = np.asarray(dirs, float)
+    dirs = dirs / np.linalg.norm(dirs, axis=1, keepdims=True)
+    norms = np.ones(len(dirs)) if norms is None else np.asarray(norms, float)
+    K = dirs * np.sqrt(norms)[:, None]
+    return K, K @ K.T  # M = K·(e_f), Q = K Kᵀ (keys inside the features' span)
+
+
+def test_head_on_the_mean_direction_is_undecided():
+    # the mean direction of the orthogonal law: cosine 0.71 with both atoms
+    M, Q = _state([[1, 1], [1, 1.02], [1, 0], [0, 1]])
+    # head_split(min_cos=0.5) alone puts the two heads on the diagonal on an atom: 4 heads split
+    assert analysis.head_split(M, Q, ORTH, 0.5).sum() == 4
+    lab = e6.head_labels(M, Q, ORTH, 0.5, 0.1)
+    assert lab.tolist() == [e6.UNDECIDED, e6.UNDECIDED, 0, 1]
+    assert e6.split_name(lab) == "1:1 +2 undecided"
+    # a combination head clearly nearer one feature is on it
+    M, Q = _state([[0.8, 0.58], [0.58, 0.8], [0.96, -0.27], [-0.26, 0.96]])
+    lab = e6.head_labels(M, Q, ORTH, 0.5, 0.1)
+    assert lab.tolist() == [0, 1, 0, 1]
+    assert e6.is_even(e6.split_name(lab))
+
+
+def test_flipped_spike_and_idle_heads():
+    M = np.array([[2.0], [1.9], [2.1], [-2.0]])
+    Q = M @ M.T + 0.2 * np.eye(4)
+    lab = e6.head_labels(M, Q, SPIKE, 0.5, 0.1)
+    assert lab.tolist() == [0, 0, 0, 1]
+    assert e6.split_name(lab) == "3:1" and e6.is_uneven("3:1") and not e6.is_even("3:1")
+    Q2 = Q.copy()
+    Q2[1, 1] = 0.1  # a shrunk key (with its overlaps kept consistent enough for the label)
+    M2 = M.copy()
+    M2[1] = 0.3
+    lab = e6.head_labels(M2, Q2, SPIKE, 0.5, 0.1, idle_q=0.25)
+    assert lab.tolist() == [0, e6.IDLE, 0, 1]
+    assert e6.split_name(lab) == "2:1 +1 idle" and e6.is_uneven("2:1 +1 idle")
+    assert e6.is_even("1:1 +2 idle") and not e6.is_even("0:0 +4 idle")
+    assert not e6.is_uneven("2:1 +1 undecided")
+
+
+def test_seed_history_finds_first_split_move_and_bump():
+    t = np.arange(12.0)
+    u, a, b = e6.UNDECIDED, 0, 1
+    labels = np.array(
+        [[u, u, u, u]] * 2
+        + [[a, a, a, b]] * 4  # 3:1 from t = 2
+        + [[a, b, a, b]]  # a one-point flicker to 2:2 …
+        + [[a, a, a, b]]  # … back
+        + [[a, a, b, b]] * 4  # the move: 2:2 from t = 8, kept to the end
+    )
+    risk = np.array([0.45, 0.44, 0.32, 0.31, 0.30, 0.30, 0.30, 0.30, 0.33, 0.29, 0.28, 0.28])
+    h = e6.seed_history(t, risk, labels, persist=3)
+    assert h["first"] == "3:1" and h["t_first"] == 2.0
+    assert h["end"] == "2:2"
+    assert len(h["moves"]) == 1
+    m = h["moves"][0]
+    assert m["t"] == 8.0 and m["from"] == "3:1" and m["to"] == "2:2"
+    assert m["bump"] == pytest.approx(0.03)  # 0.33 over the 3:1 plateau's 0.30
+    s = e6.summary([h, {**h, "first": "2:2", "end": "2:2", "moves": [], "end_risk": 0.2}])
+    assert s["n_uneven0"] == 1 and s["n_moved"] == 1 and len(s["risk_even"]) == 2
+
+
+def test_seed_history_without_specialisation():
+    t = np.arange(5.0)
+    labels = np.full((5, 4), e6.UNDECIDED)
+    h = e6.seed_history(t, np.full(5, 0.4), labels)
+    assert h["first"] is None and h["moves"] == [] and h["end"] == "0:0 +4 undecided"
+
+
+def test_prepared_state_is_the_asked_split():
+    M, Q = e6.prepared_state(ORTH, (3, 1), 0.6, 0.01)
+    assert M.shape == (4, 2) and np.allclose(Q, Q.T)
+    assert np.linalg.eigvalsh(Q - M @ M.T).min() > 0  # a valid (PSD) overlap state
+    assert e6.split_name(e6.head_labels(M, Q, ORTH)) == "3:1"
+    M, Q = e6.prepared_state(SPIKE, (4, 0), 0.6, 0.01)
+    assert e6.split_name(e6.head_labels(M, Q, SPIKE)) == "4:0"
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    from headspec.apps.experiments import run_experiment
+
+    return run_experiment("E6", "smoke", tmp_path_factory.mktemp("e6"))
+
+
+def test_smoke_runs_end_to_end(smoke):
+    o = smoke
+    assert o.error is None
+    names = [c.claim for c in o.claims]
+    for what in ("first split unevenly", "rearranges to the even one", "costs risk"):
+        assert any(what in n for n in names), what
+    for c in o.claims:
+        if c.holds is not None:
+            assert c.tolerance, c.claim
+    assert o.figures and all(f.exists() for f in o.figures)
+    assert o.table_header and len(o.table) >= 3
+    assert all(len(r) == len(o.table_header) for r in o.table)
+    starts = {r[2] for r in o.table}
+    assert any(s.startswith("prepared 3:1") for s in starts)
+    assert any("simulation" in s for s in starts)
