@@ -1,84 +1,257 @@
 """E2 — order (SPEC §7): heads pick up features in decreasing order of Var θ_f; the time to
-specialise grows like log D."""
+specialise grows like log D.
+
+Both parts from simulations (exact reduced engine): the order beside the ODE started from each
+seed's exact initial state (:meth:`Context.paired`); the log-D law from several seeds per D (one
+:meth:`Context.runs` call: in parallel on a cluster), fitted as t_spec = a + b·ln D and set beside
+the saddle theory's slope 1/(2λ), λ the leading unstable rate of the common phase's fixed point
+(:func:`headspec.dynamics.saddles.saddle_at`, as ``headspec saddles``).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
-from headspec.apps.experiments.base import Context, _first_crossing, _fmt, _mean_se
+from headspec.apps.experiments.base import Context, Run, _first_crossing, _fmt, _mean_se
+from headspec.conventions import results
 from headspec.conventions.runs import law_of
 from headspec.dynamics import analysis
 
 
 def run(ctx: Context):
-    """Order of feature pick-up (theory) and the fit of the specialisation time against log D."""
+    """Order of feature pick-up (simulation and ODE) and the log-D law of specialisation."""
+    p = ctx.params
+    sim, ode, dev = ctx.paired([Run("order", "simulate", (f"seeds={p['seeds']}",))])["order"]
+    var = np.diag(np.asarray(law_of(sim).cov(), float))  # Var θ_f (law given by var or cov)
+    order = np.argsort(-var)
+    picks_sim, picks_ode = _pickups(sim, p["pickup_cos"]), _pickups(ode, p["pickup_cos"])
+    _order_claim(ctx, sim, var, order, picks_sim, picks_ode, dev)
+    dims, times, T, example = _logd_runs(ctx)
+    fit = _logd_fit(ctx, dims, times, T, example)
+    _figure(ctx, sim, ode, var, order, dims, times, fit)
+
+
+# ------------------------------------------------------------------------------- order
+def _pickups(ds, level: float) -> np.ndarray:
+    """(F, S): first t at which some head has |cos| ≥ level with feature f (NaN: never)."""
+    t = ds.t.values
+    out = []
+    for f in range(ds.sizes["feature"]):
+        c = np.abs(ds.cos.values[:, :, :, f]).max(-1)  # (S, T)
+        out.append([_first_crossing(t, c[s], level) for s in range(c.shape[0])])
+    return np.asarray(out)
+
+
+def _ordered(picks: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Per seed: every feature picked up, strictly later than the one of next larger variance."""
+    p = picks[order]  # (F, S) in decreasing variance
+    return np.all(np.isfinite(p), 0) & np.all(np.diff(p, axis=0) > 0, 0)
+
+
+def _order_claim(ctx, sim, var, order, picks_sim, picks_ode, dev) -> None:
+    p = ctx.params
+    D = int(results.config_of(sim)["task"]["D"])
+    ok_sim, ok_ode = _ordered(picks_sim, order), _ordered(picks_ode, order)
+    gaps = np.diff(picks_sim[order], axis=0)  # (F−1, S) time between successive pick-ups
+    gm = [_mean_se(g[np.isfinite(g)]) for g in gaps]
+    sep = all(np.isfinite(m) and m > 3 * s for m, s in gm)
+
+    def row(picks):
+        return " < ".join(
+            f"{_fmt(m)} ± {_fmt(s, 2)}" for m, s in (_mean_se(picks[f]) for f in order)
+        )
+
+    ctx.claim(
+        "Heads pick up features in decreasing order of Var θ_f; later features take longer",
+        f"first t where some head has |cos| ≥ {p['pickup_cos']} with feature f, in decreasing "
+        f"Var θ_f = {', '.join(_fmt(var[f]) for f in order)} (mean ± s.e.; D = {D}, "
+        f"{sim.sizes['seed']} seeds; ODE from each seed's initial state)",
+        f"sim {row(picks_sim)} (ordered in {int(ok_sim.sum())}/{ok_sim.size} seeds); ODE "
+        f"{row(picks_ode)} ({int(ok_ode.sum())}/{ok_ode.size})",
+        bool(ok_sim.all() and ok_ode.all() and sep),
+        note=f"ODE vs simulation over the run: risk {100 * dev['risk']['max_dev']:.1f} %, |Δcos| "
+        f"{dev['cos']['max_dev']:.3f}",
+        tolerance="the order must hold in every seed of both the simulation and the ODE, and each "
+        "gap between successive pick-ups must exceed 3 s.e. of its seed mean",
+    )
+
+
+# ------------------------------------------------------------------------------- log D
+def _logd_runs(ctx: Context):
+    """One simulation per D (all in one :meth:`Context.runs` call) → dims, per-D times (+inf:
+    censored at T), T and the largest D's result (whose common phase gives the saddle)."""
+    p = ctx.params
+    logd = ctx.spec.get("logd", {})
+    dims = [int(d) for d in p["dims"]]
+    T = float(p["logd_T"])
+    runs = [
+        Run(f"logD_{D}", "simulate",
+            (f"task.D={D}", f"seeds={p['logd_seeds']}", f"train.T={T}",
+             "record.grid='linear'", f"record.points={round(T / p['logd_dt'])}",
+             "record.n_mc=64"),
+            extra=logd)
+        for D in dims
+    ]  # fmt: skip
+    out = ctx.runs(runs)
+    times = []
+    for D in dims:
+        ds = out[f"logD_{D}"]
+        ts = analysis.specialisation_times(ds.t.values, ds.Q.values, p["spec_cos"])  # (S, H)
+        common = analysis.unspecialised(ds.Q.values, p["spec_cos"]).any(-1)
+        first = np.nanmin(np.where(np.isnan(ts), np.inf, ts), axis=1)  # +inf: censored at T
+        times.append(np.where(common, first, np.nan))  # NaN: never reached the common phase
+    return dims, times, T, out[f"logD_{dims[-1]}"]
+
+
+def _median_se(x: np.ndarray, rng: np.random.Generator, n_boot: int = 2000):
+    """Median over the seeds (censored ones at +inf; valid while fewer than half are censored)
+    with a bootstrap standard error."""
+    x = x[~np.isnan(x)]
+    n = x.size
+    if n < 2 or np.isinf(x).sum() >= n / 2:
+        return float("nan"), float("nan")
+    boot = np.median(x[rng.integers(0, n, (n_boot, n))], axis=1)
+    boot = boot[np.isfinite(boot)]
+    return float(np.median(x)), float(boot.std(ddof=1)) if boot.size > n_boot // 2 else np.nan
+
+
+def wls(x: np.ndarray, y: np.ndarray, se: np.ndarray) -> dict:
+    """Weighted least squares y = a + b·x with weights 1/se²: slope, its s.e. (from the weights,
+    inflated by √(χ²/dof) where that exceeds 1), intercept, χ²/dof."""
+    X = np.stack([np.ones_like(x), x], 1)
+    W = 1.0 / se**2
+    cov = np.linalg.inv(X.T @ (W[:, None] * X))
+    beta = cov @ X.T @ (W * y)
+    dof = len(y) - 2
+    chi2 = float((W * (y - X @ beta) ** 2).sum())
+    scale = np.sqrt(max(1.0, chi2 / dof)) if dof > 0 else 1.0
+    return {"a": float(beta[0]), "b": float(beta[1]), "b_se": float(np.sqrt(cov[1, 1]) * scale),
+            "chi2_dof": chi2 / dof if dof > 0 else float("nan")}  # fmt: skip
+
+
+def predicted_slope(ds, seed_index: int, n: int, together_cos: float = 0.99) -> dict | None:
+    """1/(2λ) ± s.e. from the saddle theory: the common phase of one seed (its flattest grid
+    point, risk per decade of t, while every head is within ``together_cos`` of the heads' mean)
+    polished into a fixed point with :func:`headspec.dynamics.saddles.saddle_at` (head-cyclic
+    drift samples, full drift), λ its leading unstable rate (s.e. by the delta method). None
+    when the heads are never together or the fixed point has no unstable mode."""
+    from headspec.conventions import build
+    from headspec.conventions.runs import config_model
+    from headspec.core.observables import BaseSamples
+    from headspec.dynamics.ode import OrderParameters
+    from headspec.dynamics.saddles import saddle_at
+
+    one = ds.isel(seed=seed_index)
+    t, r = one.t.values, one.risk.values
+    ok = (t > 0) & analysis.unspecialised(one.Q.values, together_cos)
+    if ok.sum() < 2:
+        return None
+    lt = np.log10(np.where(t > 0, t, np.nan))
+    slope = np.abs(np.gradient(r[t > 0], lt[t > 0]))
+    slope = np.concatenate([np.full(int((t <= 0).sum()), np.inf), slope])
+    k = int(np.argmin(np.where(ok, slope, np.inf)))
+    cfg = config_model(ds)
+    law = cfg.task.latent.build()
+    H = ds.sizes["head"]
+    base = BaseSamples.sobol(0, law, cfg.task.L, H, n).head_cyclic()
+    lr, lr_b = build.learning_rates(cfg.train)
+    state = OrderParameters(*(one[v].values[k] for v in ("M", "Q", "b")))
+    s = saddle_at(state, build.activation(cfg.model), law, base, float(lr), float(lr_b),
+                  eta2=True)  # fmt: skip
+    if not s.unstable:
+        return None
+    lam, se = float(s.unstable[0].eigenvalue.real), float(np.nan_to_num(s.unstable[0].se))
+    return {"lambda": lam, "lambda_se": se, "slope": 1 / (2 * lam),
+            "slope_se": se / (2 * lam**2), "risk": s.risk, "t": float(t[k])}  # fmt: skip
+
+
+def _logd_fit(ctx: Context, dims, times, T, example) -> dict:
+    p = ctx.params
+    rng = np.random.default_rng(0)
+    stats = [_median_se(np.asarray(x, float), rng) for x in times]
+    med = np.array([m for m, _ in stats])
+    se = np.array([s for _, s in stats])
+    ok = np.isfinite(med) & np.isfinite(se) & (se > 0)
+    lnD = np.log(np.asarray(dims, float))
+    fit = wls(lnD[ok], med[ok], se[ok]) if ok.sum() >= 3 else None
+    pred = predicted_slope(example, 0, int(p["saddle_n"]))
+    cens = [int(np.isinf(x).sum()) for x in times]
+    per_d = ", ".join(f"D = {d}: {_fmt(m)} ± {_fmt(s, 2)}" + (f" ({c} censored)" if c else "")
+                      for d, m, s, c in zip(dims, med, se, cens, strict=True))  # fmt: skip
+    if fit is None:
+        value, holds = f"too few D with a median ({per_d})", False
+    else:
+        b, bse = fit["b"], fit["b_se"]
+        value = f"b = {_fmt(b)} ± {_fmt(bse, 2)} per unit ln D (χ²/dof {_fmt(fit['chi2_dof'], 2)})"
+        if pred is not None:
+            comb = float(np.hypot(bse, pred["slope_se"]))
+            value += (f"; saddle theory 1/(2λ) = {_fmt(pred['slope'])} ± "
+                      f"{_fmt(pred['slope_se'], 2)} (λ = {pred['lambda']:.4f} ± "
+                      f"{pred['lambda_se']:.4f}); difference {_fmt(b - pred['slope'], 2)} = "
+                      f"{_fmt(abs(b - pred['slope']) / comb, 2)} combined s.e.")  # fmt: skip
+            holds = b > 3 * bse and abs(b - pred["slope"]) <= p["consistency_k"] * comb
+        else:
+            value += "; no saddle prediction (no unstable common phase found)"
+            holds = False
+        value += f"; medians {per_d}"
+    ctx.claim(
+        "The time to specialise grows like log D, with the saddle theory's slope 1/(2λ)",
+        f"first head's specialisation time (cos < {p['spec_cos']} with the heads' mean, after "
+        f"the common phase; censored at T = {_fmt(T)}), median over {p['logd_seeds']} seeds "
+        "per D with a bootstrap s.e.; weighted least squares t_spec = a + b·ln D (natural log) "
+        "on the medians; λ the leading unstable eigenvalue of the common phase's fixed point",
+        value,
+        bool(holds),
+        tolerance=f"b > 3 s.e. (growth), and |b − 1/(2λ)| ≤ {p['consistency_k']} × "
+        "√(s.e.(b)² + s.e.(1/(2λ))²) (consistency at ≈ 95 %; s.e.(b) inflated by √(χ²/dof) "
+        "when > 1)",
+    )
+    return {"fit": fit, "pred": pred, "med": med, "se": se}
+
+
+# ------------------------------------------------------------------------------- figure
+def _figure(ctx: Context, sim, ode, var, order, dims, times, res) -> None:
     from matplotlib.figure import Figure
 
     p = ctx.params
-    th = ctx.theory("order", f"seeds={p['seeds']}")
-    t = th.t.values
-    var = np.diag(np.asarray(law_of(th).cov()))  # Var θ_f of the law (given by var or cov)
-    picks = []
-    for f in range(th.sizes["feature"]):
-        c = np.abs(th.cos.values[:, :, :, f]).max(-1)  # (S, T)
-        picks.append([_first_crossing(t, c[s], p["pickup_cos"]) for s in range(c.shape[0])])
-    picks = np.asarray(picks)  # (F, S)
-    order = np.argsort(-var)
-    pm = [_mean_se(picks[f]) for f in order]
-    ok = all(np.all(picks[order[i]] < picks[order[i + 1]]) for i in range(len(order) - 1))
-    ctx.claim(
-        "Heads pick up features in decreasing order of Var θ_f",
-        f"first t where some head has |cos| ≥ {p['pickup_cos']} with feature f (Var = "
-        + ", ".join(_fmt(var[f]) for f in order)
-        + ")",
-        " < ".join(f"{_fmt(m)} ± {_fmt(s, 2)}" for m, s in pm),
-        bool(ok),
-    )
-    logd = ctx.spec.get("logd", {})
-    dims = list(p["dims"])
-    times = []
-    for D in dims:
-        ds = ctx.theory(f"logD_{D}", f"task.D={D}", f"seeds={p['seeds']}",
-                        "train.T=" + str(max(600.0, float(ctx.config["train"]["T"]))),
-                        extra=logd)  # fmt: skip
-        ts = analysis.specialisation_times(ds.t.values, ds.Q.values, 0.95)
-        times.append(np.nanmin(np.where(np.isnan(ts), np.inf, ts), axis=1))
-    times = np.asarray(times)  # (nD, S)
-    x = np.log10(np.repeat(dims, times.shape[1]))
-    y = times.ravel()
-    good = np.isfinite(y)
-    if good.sum() >= 3:
-        coef, cov = np.polyfit(x[good], y[good], 1, cov=True)
-        slope, se = float(coef[0]), float(np.sqrt(cov[0, 0]))
-        pred = np.polyval(coef, x[good])
-        r2 = 1 - np.sum((y[good] - pred) ** 2) / np.sum((y[good] - y[good].mean()) ** 2)
-    else:
-        slope = se = r2 = float("nan")
-    ctx.claim(
-        "Later features take longer, and the time to specialise grows like log D",
-        "fit t_spec = a + b·log10 D over D = " + ", ".join(str(d) for d in dims),
-        f"b = {_fmt(slope)} ± {_fmt(se, 2)} per decade, R² = {_fmt(r2)}",
-        bool(np.isfinite(slope) and slope > 3 * se and r2 >= 0.8),
-        "theory from the exact finite-D initial law at each D",
-    )
-    fig = Figure(figsize=(10, 3.8), layout="constrained")
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
     a1, a2 = fig.subplots(1, 2)
-    for f in order:
-        c = np.abs(th.cos.values[:, :, :, f]).max(-1).mean(0)
-        a1.plot(t[t > 0], c[t > 0], lw=2, label=f"feature {f} (Var θ = {_fmt(var[f])})")
+    t = sim.t.values
+    pos = t > 0
+    for i, f in enumerate(order):
+        for ds, ls, who in ((sim, "-", "sim"), (ode, "--", "ODE")):
+            c = np.abs(ds.cos.values[:, :, :, f]).max(-1).mean(0)
+            a1.plot(t[pos], c[pos], ls, color=f"C{i}", lw=2 if who == "sim" else 1.5,
+                    label=f"{who}: feature {f} (Var θ = {_fmt(var[f])})")  # fmt: skip
     a1.set_xscale("log")
     a1.set_xlabel("t")
-    a1.set_ylabel("max over heads |cos(k_h, k*_f)|")
+    a1.set_ylabel("max over heads |cos(k_h, k*_f)|, mean over seeds")
     a1.axhline(p["pickup_cos"], color="0.5", ls=":")
-    a1.legend(fontsize="small")
-    a1.set_title("order of feature pick-up (theory, mean over seeds)", fontsize="medium")
-    a2.plot(np.repeat(dims, times.shape[1]), y, "o", alpha=0.6, label="seeds")
-    if np.isfinite(slope):
-        dd = np.geomspace(min(dims), max(dims), 50)
-        a2.plot(dd, np.polyval(coef, np.log10(dd)), "k--", label=f"{_fmt(slope)}·log10 D + a")
+    a1.legend(fontsize="x-small")
+    D = int(results.config_of(sim)["task"]["D"])
+    a1.set_title(f"order of pick-up: simulation (D = {D}) vs ODE", fontsize="medium")
+    for d, x in zip(dims, times, strict=True):
+        x = np.asarray(x, float)
+        fin = x[np.isfinite(x)]
+        jit = np.exp(np.random.default_rng(0).normal(0, 0.05, fin.size))
+        a2.plot(d * jit, fin, ".", color="0.6", ms=4)
+    a2.plot([], [], ".", color="0.6", label="seeds")
+    ok = np.isfinite(res["med"])
+    a2.errorbar(np.asarray(dims)[ok], res["med"][ok], 2 * np.nan_to_num(res["se"][ok]), fmt="o",
+                color="C0", label="median ± 2 s.e.")  # fmt: skip
+    dd = np.geomspace(min(dims), max(dims), 50)
+    fit, pred = res["fit"], res["pred"]
+    if fit is not None:
+        a2.plot(dd, fit["a"] + fit["b"] * np.log(dd), "C0-",
+                label=f"fit: {_fmt(fit['b'])} ± {_fmt(fit['b_se'], 2)} · ln D")  # fmt: skip
+        if pred is not None:
+            mid = np.log(np.sqrt(min(dims) * max(dims)))
+            y0 = fit["a"] + fit["b"] * mid
+            a2.plot(dd, y0 + pred["slope"] * (np.log(dd) - mid), "k--",
+                    label=f"saddle theory 1/(2λ) = {_fmt(pred['slope'])}")  # fmt: skip
     a2.set_xscale("log")
     a2.set_xlabel("D")
     a2.set_ylabel("first specialisation time")
-    a2.legend(fontsize="small")
-    a2.set_title("time to specialise vs D", fontsize="medium")
+    a2.legend(fontsize="x-small")
+    a2.set_title("time to specialise vs D (simulation)", fontsize="medium")
     ctx.figure(fig, "order_and_logD")
