@@ -1,4 +1,4 @@
-"""The `reproduce` command: experiments E1–E6 and their report, over headspec.apps.experiments."""
+"""The `reproduce` command: experiments E1–E7 and their report, over headspec.apps.experiments."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def reproduce(
             help="Address of an existing Dask scheduler (tcp://host:8786, or tls://host:8786 with "
             "the --tls-* options) to run the simulations on; its workers need headspec installed "
             "and, for the ODE started from a simulation, this folder. The scheduler is trusted "
-            "(Dask moves pickles). Default: a local cluster at full scale, this process at quick.",
+            "(Dask moves pickles). Default: a local cluster, one worker per core.",
         ),
     ] = None,
     tls_ca_file: Annotated[
@@ -54,7 +54,10 @@ def reproduce(
     workers: Annotated[
         int | None,
         typer.Option(
-            "--workers", "-w", min=1, help="Run on a local Dask cluster of this many workers."
+            "--workers",
+            "-w",
+            min=1,
+            help="Size of the local Dask cluster (default: one per core; 1: in this process).",
         ),
     ] = None,
 ):

@@ -92,17 +92,20 @@ def reproduce(
 ) -> list[Outcome]:
     """Run E1–E7 (or ``only``) at a scale and write the report; returns the outcomes.
 
-    Runs go to a Dask cluster when ``scheduler`` (an address) or ``workers`` is given, and at
-    full scale (a local cluster by default); else they run in this process. Finished runs in
-    ``outdir/data`` with the same config are reused: an interrupted reproduction resumes."""
-    from headspec.apps.sweep.cluster import dask_client
+    Runs go to the Dask scheduler at ``scheduler`` (an address), else, at the quick and full
+    scales, to a local cluster of ``workers`` single-threaded processes (default: one per core),
+    so that the independent runs of a recipe use every core; they run in this process with one
+    core, with ``workers=1`` and at the smoke scale. Finished runs in ``outdir/data`` with the
+    same config are reused: an interrupted reproduction resumes."""
+    from headspec.apps.sweep.cluster import available_cores, dask_client
 
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     ids = list(only or EXPERIMENT_FILES)
     t0 = time.perf_counter()
     outcomes = []
-    use_dask = scheduler is not None or workers is not None or scale == "full"
+    n = workers or available_cores()
+    use_dask = scheduler is not None or (scale in SCALES and n > 1)
     with (
         dask_client(scheduler, workers, security) if use_dask else contextlib.nullcontext()
     ) as client:
