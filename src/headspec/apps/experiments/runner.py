@@ -109,11 +109,36 @@ def reproduce(
     with (
         dask_client(scheduler, workers, security) if use_dask else contextlib.nullcontext()
     ) as client:
-        for k, exp_id in enumerate(ids):
-            if progress:
-                progress(exp_id, k, len(ids))
-            outcomes.append(run_experiment(exp_id, scale, outdir, folder, client, log))
+        if client is None:
+            for k, exp_id in enumerate(ids):
+                if progress:
+                    progress(exp_id, k, len(ids))
+                outcomes.append(run_experiment(exp_id, scale, outdir, folder, client, log))
+        else:  # the recipes side by side: one's analysis overlaps another's runs on the cluster
+            outcomes = _concurrently(ids, scale, outdir, folder, client, log, progress)
     if progress:
         progress(None, len(ids), len(ids))
     write_report(outcomes, outdir, scale, time.perf_counter() - t0)
     return outcomes
+
+
+def _concurrently(ids, scale, outdir, folder, client, log, progress) -> list[Outcome]:
+    """Run the recipes in threads of this process, their runs on the cluster; outcomes in the
+    order of ``ids``. A recipe's own work here (analysis, fixed points, pruning, figures) thus
+    overlaps the other recipes' runs, and every core stays busy."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    with ThreadPoolExecutor(max_workers=len(ids), thread_name_prefix="recipe") as pool:
+        futures = {
+            pool.submit(run_experiment, exp_id, scale, outdir, folder, client, log): exp_id
+            for exp_id in ids
+        }
+        if progress:
+            progress(", ".join(ids), 0, len(ids))
+        done: dict[str, Outcome] = {}
+        for fut in as_completed(futures):
+            done[futures[fut]] = fut.result()  # run_experiment never raises for a recipe's error
+            if progress:
+                left = [i for i in ids if i not in done]
+                progress(", ".join(left) or None, len(done), len(ids))
+    return [done[i] for i in ids]
