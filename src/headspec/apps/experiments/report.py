@@ -83,8 +83,10 @@ def markdown(outcomes: list[Outcome], env: dict, scale: str, seconds: float) -> 
             cells = (o.id, c.claim, c.quantity + note, c.value, c.tolerance or "—",
                      _verdict(c.holds))  # fmt: skip
             md.append("| " + " | ".join(_md(x) for x in cells) + " |")
+    overlapped = sum(o.seconds for o in outcomes) > 1.05 * seconds  # recipes ran concurrently
     for o in outcomes:
-        md += ["", f"## {o.id} — {o.title}", "", f"Run time {o.seconds:.0f} s."]
+        side = " (side by side with the others)" if overlapped else ""
+        md += ["", f"## {o.id} — {o.title}", "", f"Run time {o.seconds:.0f} s{side}."]
         if o.error:
             md += ["", "**This experiment failed:**", "", "```", o.error, "```"]
         for fig in o.figures:
