@@ -1,13 +1,14 @@
 import os
-import tempfile
 
 import jax
 import pytest
 
-# JAX's compiled programs, which the CLI and the sweep workers keep on disk, go to a folder of
-# this test session's own: never a user's cache that another process may be writing (a torn
-# entry read back crashed a test process) nor one left by an older JAX.
-os.environ.setdefault("HEADSPEC_JAX_CACHE", tempfile.mkdtemp(prefix="headspec-test-jax-"))
+# The CLI and the sweep workers keep JAX's compiled programs on disk; the tests do not: a test
+# process reading back an entry of that persistent cache crashed (segmentation fault in
+# jax/_src/compilation_cache.py) twice on 2026-11-30, once with the user's cache and once with a
+# fresh folder of the session's own, in doctests after the CLI tests. Under investigation; the
+# tests run without it (in-memory compilation caching is unaffected).
+os.environ.setdefault("HEADSPEC_JAX_CACHE", "off")
 
 # The tests call low-level functions directly, outside headspec's float64 entry points: run the
 # whole test process in JAX's 64-bit mode (the test process's choice; headspec itself does not
