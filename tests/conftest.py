@@ -19,3 +19,13 @@ jax.config.update("jax_enable_x64", True)
 @pytest.fixture
 def key():
     return jax.random.key(12345)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop JAX's compiled programs after each test module. One process compiling the whole
+    suite's programs (the recipe smoke tests add hundreds) died late in fresh-clone runs with a
+    segmentation fault inside XLA's compile or executable load — consistent with running out of
+    memory mappings for JIT code; released programs give theirs back."""
+    yield
+    jax.clear_caches()
