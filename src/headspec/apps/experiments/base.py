@@ -123,12 +123,12 @@ class Context:
         for r in batch:
             model = SimulateConfig if r.kind == "simulate" else TheoryConfig
             c = self.cfg(model, r.name, *r.overrides, extra=r.extra)
-            check_budget(c)
             ds = _reusable(self.path(r.name), c)
             if ds is not None:
                 done[r.name] = ds
                 self._log(f"{self.id} {r.name}: reused")
             else:
+                check_budget(c)  # only what will run: a finished run needs no memory
                 todo.append((r, c))
         if self.client is not None and len(todo) > 0:
             done.update(self._run_dask(todo))
