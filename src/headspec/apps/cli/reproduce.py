@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -91,6 +92,11 @@ def reproduce(
         def progress(exp_id, done, total):
             bar.update(job, completed=done, description=f"running {exp_id}" if exp_id else "done")
 
+        def log(line):  # one line per finished or reused run, above the bar
+            bar.console.print(f"{time.perf_counter() - t0:6.0f} s  {line}", markup=False)
+
+        t0 = time.perf_counter()
+
         try:
             outcomes = run_all(
                 scale=scale,
@@ -100,6 +106,7 @@ def reproduce(
                 scheduler=scheduler,
                 workers=workers,
                 security=security,
+                log=log,
             )
         except SweepError as e:
             bar.stop()

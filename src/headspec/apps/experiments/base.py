@@ -97,6 +97,7 @@ class Context:
         self.figdir.mkdir(parents=True, exist_ok=True)
         self.datadir.mkdir(parents=True, exist_ok=True)
         self.outcome = Outcome(exp_id, params.get("title", exp_id))
+        self._stage = 0  # batches sent to the cluster so far (their priority there)
 
     def cfg(self, model, name: str, *overrides: str, extra: dict | None = None):
         """The resolved config of run ``name`` (kept for the report): the recipe's base config,
@@ -166,12 +167,17 @@ class Context:
         if not token_file.exists():
             write_text_atomic(token_file, secrets.token_hex(16))
         token = token_file.read_text()
+        # a recipe's later batches (the ODEs beside its simulations, runs chosen from results)
+        # go before other recipes' first ones: chains finish early and their analysis, in this
+        # process, overlaps the runs still on the cluster instead of piling up at the end
+        self._stage += 1
         futures = {
             self.client.submit(
-                run_task, r.kind, c.model_dump_json(), str(self.path(r.name)), token, pure=False
+                run_task, r.kind, c.model_dump_json(), str(self.path(r.name)), token,
+                pure=False, priority=self._stage,
             ): r
             for r, c in todo
-        }
+        }  # fmt: skip
         out = {}
         for fut in as_completed(futures):
             r, res = futures[fut], fut.result()
@@ -180,7 +186,8 @@ class Context:
             if not res.get("written"):
                 results.save(res["dataset"], self.path(r.name))
             out[r.name] = results.load(self.path(r.name))
-            self._log(f"{self.id} {r.name}: {res['elapsed_s']:.0f} s on a worker")
+            took, cpu = res["elapsed_s"], res["cpu_s"]
+            self._log(f"{self.id} {r.name}: {took:.0f} s on a worker (CPU {cpu:.0f} s)")
         return out
 
     def theory(self, name: str, *overrides: str, extra: dict | None = None):
@@ -233,9 +240,11 @@ def _reusable(path: Path, cfg) -> Any:
         ds = results.load(path)
     except Exception:  # a damaged or foreign file is recomputed (and overwritten)
         return None
-    if results.config_of(ds) != json.loads(cfg.model_dump_json()):
+    try:  # the stored config read by today's model: fields added since take their defaults
+        stored = type(cfg).model_validate(results.config_of(ds)).model_dump_json()
+    except Exception:  # a field since removed or renamed: recomputed
         return None
-    return ds
+    return ds if stored == cfg.model_dump_json() else None
 
 
 def _fmt(x, digits=3):

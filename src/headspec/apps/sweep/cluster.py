@@ -19,6 +19,13 @@ from typing import Any
 from headspec.apps.sweep.errors import SweepError
 from headspec.apps.sweep.worker import WORKER_ENV
 
+# Dask's nanny starts its workers with MALLOC_TRIM_THRESHOLD_=65536 (memory handed back to the
+# system eagerly). JAX allocates and frees its buffers at every call, so glibc then unmaps and
+# maps pages all the time: a jitted reduced-engine kernel ran 4–5× slower in such a worker than
+# in a plain process, and a quick reproduction spent a quarter of its CPU time in the kernel.
+# The local cluster leaves glibc's own (adaptive) threshold; workers of a remote scheduler are
+# configured there (README: "Sweeps on a cluster").
+NO_MALLOC_TRIM = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 CONNECT_TIMEOUT = 10.0  # at most this many seconds to reach a scheduler and hear it answer
 _HOST_PORT_SCHEMES = ("tcp", "tls", "ws", "wss")
 _FIX = (
@@ -152,6 +159,7 @@ def dask_client(
     closed on exit."""
     import logging
 
+    import dask
     from distributed import Client, LocalCluster
 
     if scheduler is not None:
@@ -172,6 +180,7 @@ def dask_client(
         return
     n = workers or available_cores()
     with (
+        dask.config.set(NO_MALLOC_TRIM),
         LocalCluster(
             n_workers=n,
             threads_per_worker=1,

@@ -38,7 +38,7 @@ def run_task(kind: str, config_json: str, target: str | None = None, token: str 
     from headspec.conventions import results
     from headspec.conventions.runs import simulate, solve
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         cfg = MODELS[kind].model_validate_json(config_json)
         ds = simulate(cfg) if kind == "simulate" else solve(cfg)
@@ -54,6 +54,8 @@ def run_task(kind: str, config_json: str, target: str | None = None, token: str 
         "status": "diverged" if failed else "done",
         "diverged_seeds": failed,
         "elapsed_s": time.perf_counter() - t0,
+        "cpu_s": time.process_time() - c0,  # this process's CPU time: below elapsed_s when the
+        # worker waited for a core (other workers, the driver's analysis), above with threads
     }
     if target is not None and _same_folder(Path(target).parent.parent, token):
         results.save(ds, target)
