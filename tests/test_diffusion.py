@@ -198,11 +198,58 @@ def test_brownian_path_does_not_depend_on_the_grid():
         np.testing.assert_allclose(np.asarray(a.M), np.asarray(b.M), rtol=1e-9, atol=1e-12)
 
 
-def test_law_against_the_reduced_engine_small():
+@pytest.mark.parametrize("orbit", [1, 2])
+def test_resampled_noise_subtracts_the_sampling_noise_of_the_mean(orbit):
+    """With fresh samples at every step, increment_moments(resampled = D·dt) returns the root of
+    C − D·dt·V, V the covariance of the estimated mean over redraws. Independent route: the
+    empirical covariance of the mean over R = 400 redraws of n = 64 samples (orbit 2: 32 draws,
+    head-cyclic). A discrete law: its atoms are exact, so V is below C/n — a plain C/n would be
+    off. Tolerance on tr V: 4 s.e. of an empirical covariance's trace, √(2 tr(V²)/(R − 1))."""
+    with float64_context():
+        st, act, R, n, r = _state(), Softmax(), 400, 64, 10.0
+        R0 = np.asarray(
+            increment_moments(st, act, LAW, _base(jax.random.key(0), n, orbit), 3.0, 3.0).root
+        )
+        C = R0 @ R0  # (d, d) the root is symmetric
+
+        @jax.jit
+        @jax.vmap
+        def one(key):
+            base = _base(key, n, orbit)
+            full = increment_moments(st, act, LAW, base, 3.0, 3.0)
+            less = increment_moments(st, act, LAW, base, 3.0, 3.0, resampled=r, orbit=orbit)
+            return full.mean, (full.root @ full.root - less.root @ less.root) / r  # (d,), (d, d)
+
+        means, Vs = map(np.asarray, one(jax.random.split(jax.random.key(1), R)))
+        V_emp = np.cov(means.T)  # (d, d) over redraws
+        V_est = np.mean(Vs, axis=0)  # (d, d) the formula, averaged over the redraws
+        se = np.sqrt(2 * np.trace(V_emp @ V_emp) / (R - 1))
+        assert abs(np.trace(V_est) - np.trace(V_emp)) < 4 * se, (np.trace(V_est), np.trace(V_emp))
+        # the exact atoms: V below C/n0 (n0 = n/orbit independent draws; the copies of a draw
+        # are correlated, so n0, not n, bounds the variance of their mean)
+        assert np.trace(V_est) < 0.9 * np.trace(C) / (n // orbit)
+        np.testing.assert_allclose(V_est, V_emp, atol=4 * se)
+
+
+def _base(key, n, orbit):
+    base = BaseSamples.draw(key, LAW, L=10, H=2, n=n // orbit)
+    return base.head_cyclic() if orbit > 1 else base
+
+
+@pytest.mark.parametrize(
+    "fresh",
+    [
+        pytest.param(False, id="fixed-samples"),
+        pytest.param(True, id="fresh-samples"),
+    ],
+)
+def test_law_against_the_reduced_engine_small(fresh):
     """32 seeds at D = 1000, t = 4 (H = 2 softmax heads, η = 3): the mean and variance over seeds
     of every entry of M and Q agree with the exact reduced engine (Welch / Brown–Forsythe,
     Bonferroni at family-wise level 0.01). At t = 4 the seeds' spread is mostly SGD noise (4–5×
-    the initial σ0/√D = 0.003 in M), so the variances test the noise (power: the slow study)."""
+    the initial σ0/√D = 0.003 in M), so the variances test the noise (power: the slow study).
+    Fresh samples (diffusion.resample): n = 128 ≥ D·dt = 100, so up to 78 % of the noise is each
+    step's sampling error of the drift, and the injected noise only the rest."""
     from headspec.conventions.config import SimulateConfig, load_config
     from headspec.conventions.runs import simulate
 
@@ -210,8 +257,12 @@ def test_law_against_the_reduced_engine_small():
         "task.latent={kind='discrete', atoms=[[2.5, 0.0], [0.0, 2.5]], probs=[0.6, 0.4]}",
         "task.L=10", "task.D=1000", "model.H=2", "train.lr=3.0", "train.T=4.0", "seeds=32",
         "record.grid='linear'", "record.points=2", "record.n_mc=64", "train.dtype='float64'",
-        "diffusion.n=512",
     ]  # fmt: skip
+    common += (
+        ["diffusion.resample=true", "diffusion.sampler='mc'", "diffusion.n=128"]
+        if fresh
+        else ["diffusion.n=512"]
+    )
     res = {}
     for engine in ("reduced", "diffusion"):
         cfg = load_config(SimulateConfig, overrides=[*common, f"train.engine='{engine}'"])

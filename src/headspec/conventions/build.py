@@ -68,7 +68,7 @@ def engine(cfg, schedule_fn: Callable | None = None) -> Engine:
         key = jax.random.fold_in(jax.random.key(opts.sample_seed), 0x6772)  # "gr"
         gram = gram_rest(key, base.n // copies, L, D, law.F + H, copies)
         extra = {"base": base, "gram": gram, "dt": opts.dt, "solver": opts.solver,
-                 "horizon": cfg.train.T}  # fmt: skip
+                 "horizon": cfg.train.T, "resample": opts.resample, "orbit": copies}  # fmt: skip
     return ENGINES[cfg.train.engine](
         law=law,
         activation=activation(cfg.model),
@@ -86,9 +86,12 @@ def engine(cfg, schedule_fn: Callable | None = None) -> Engine:
 
 def diffusion_head_cyclic(cfg) -> bool:
     """Whether the diffusion engine's base samples are made head-cyclic (``diffusion.head_cyclic``;
-    "auto": when task.D > diffusion.n)."""
+    "auto": when task.D > diffusion.n with fixed samples; never with fresh ones, whose head
+    asymmetry is noise that the SGD noise already counts)."""
     choice = cfg.diffusion.head_cyclic
-    return cfg.task.D > cfg.diffusion.n if choice == "auto" else bool(choice)
+    if choice == "auto":
+        return not cfg.diffusion.resample and cfg.task.D > cfg.diffusion.n
+    return bool(choice)
 
 
 def mc_key(mc_seed: int) -> Array:

@@ -82,7 +82,12 @@ def _engine_attrs(cfg, engine) -> dict:
         return {}
     cyclic = build.diffusion_head_cyclic(cfg)
     n = engine.base.n // (cfg.model.H if cyclic else 1)
-    return {"n_drift": int(n), "head_cyclic": int(cyclic), "dt": float(cfg.diffusion.dt)}
+    return {
+        "n_drift": int(n),
+        "head_cyclic": int(cyclic),
+        "dt": float(cfg.diffusion.dt),
+        "resample": int(cfg.diffusion.resample),
+    }
 
 
 @float64

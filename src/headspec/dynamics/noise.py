@@ -160,10 +160,19 @@ def increment_moments(
     lr_b,
     factor=1.0,
     gram: FiniteGram | None = None,
+    resampled=0.0,
+    orbit: int = 1,
 ) -> IncrementMoments:
     """Mean and covariance root of one sample's increment ψ at ``state`` (learning rates times the
     schedule's ``factor``), from the base samples; exact over a discrete law's atoms. ``gram``:
-    the finite-D Gram part of every base sample (:func:`gram_rest`); None: D → ∞."""
+    the finite-D Gram part of every base sample (:func:`gram_rest`); None: D → ∞.
+
+    ``resampled`` = D·dt for an engine that draws fresh Monte-Carlo base samples at every step
+    of size dt (0: fixed samples). Each step's estimate of the mean then carries sampling noise
+    of covariance V (the spread of the mean over redraws: the per-draw ψ averaged over the atoms
+    and over the ``orbit`` head-cyclic copies of each draw, divided by the number of draws), and
+    that noise is part of the step's SGD noise dt·C/D; the root returned is that of C − D·dt·V,
+    so that the two together have covariance dt·C/D (V ≤ C/n: PSD when D·dt ≤ n)."""
     eta, eta_b = lr * factor, lr_b * factor
     points, weights = law.quadrature(base.theta)  # (A, n, F), (A,)
     psi = jax.vmap(lambda th: _increments(state, activation, th, base, eta, eta_b, gram))(points)
@@ -173,6 +182,12 @@ def increment_moments(
     Z = (psi - mean) * jnp.sqrt(w / n)[..., None]  # (A, n, d): Σ ZᵀZ = C
     Z = Z.reshape(A * n, d)
     C = Z.T @ Z  # (d, d)
+    if not (isinstance(resampled, float | int) and resampled == 0):
+        draws = jnp.einsum("a,and->nd", weights.astype(psi.dtype), psi)  # (n, d) atoms averaged
+        draws = draws.reshape(orbit, n // orbit, d).mean(0)  # (n0, d) one row per draw
+        n0 = draws.shape[0]
+        Y = (draws - draws.mean(0)) / jnp.sqrt(n0 * (n0 - 1))  # (n0, d): YᵀY = V
+        C = C - resampled * (Y.T @ Y)  # (d, d)
     # relative s.e. of tr C from the spread of the per-sample squared deviations |ψ − ψ̄|²
     sq = jnp.sum((psi - mean) ** 2, axis=-1)  # (A, n)
     per = jnp.einsum("a,an->n", weights.astype(psi.dtype), sq)  # (n,) atoms averaged per sample

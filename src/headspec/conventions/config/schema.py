@@ -214,7 +214,16 @@ class DiffusionOptions(StrictModel):
         "auto",
         description="base samples closed under cyclic shifts of the heads (cost × H). auto: when "
         "task.D > diffusion.n, where the samples' O(1/√n) head asymmetry would exceed the O(1/√D) "
-        "fluctuations that make heads separate",
+        "fluctuations that make heads separate (never with resample: fresh samples' asymmetry is "
+        "noise, counted in the SGD noise)",
+    )
+    resample: bool = Field(
+        False,
+        description='draw n fresh Monte-Carlo base samples (sampler = "mc") at every step of '
+        "every seed: the drift is then unbiased, and its sampling noise, of covariance C/n per "
+        "step, is part of the SGD noise the step must carry (the injected noise is reduced to "
+        "C/D − dt·C/n per unit time); needs n ≥ task.D·dt. false: fixed samples (common random "
+        "numbers, any D), whose O(1/√n) drift error is a bias shared by every step and seed",
     )
 
 
@@ -248,9 +257,31 @@ class SimulateConfig(_RunConfig):
                 f"Gram matrix outside span(K*, K)), got {D} − {F} − {H} < {L}; fix: raise task.D "
                 f'to at least {F + H + L}, or use train.engine = "full"'
             )
+        if self.train.engine == "diffusion" and self.diffusion.resample:
+            _check_resample(self.diffusion, D)
         _check_steps(self.train, D)
         _check_grid(self.record, self.train)
         return self
+
+
+def _check_resample(opts: DiffusionOptions, D: int) -> None:
+    """diffusion.resample: plain Monte Carlo (the sampling noise it subtracts is that of
+    independent samples), and a step's sampling noise (dt·C/n) no larger than its SGD noise
+    (C/D): n ≥ D·dt."""
+    if opts.sampler != "mc":
+        raise ValueError(
+            "diffusion.resample = true draws independent samples at every step; fix: set "
+            'diffusion.sampler = "mc" (scrambled Sobol points are not independent, so their '
+            "sampling noise is not the C/n that the engine subtracts)"
+        )
+    need = int(np.ceil(D * opts.dt))
+    if opts.n < need:
+        raise ValueError(
+            f"diffusion.resample = true needs diffusion.n ≥ task.D·diffusion.dt = {need} (a step's "
+            f"sampling noise dt·C/n must not exceed its SGD noise dt·C/D), got n = {opts.n}; fix: "
+            f"raise diffusion.n to ≥ {need}, lower diffusion.dt to ≤ {opts.n / D:.3g}, or use "
+            "diffusion.resample = false (fixed samples) at this D"
+        )
 
 
 def unusual_settings(cfg) -> list[str]:

@@ -27,9 +27,19 @@ moments with and without G at D = 100. Where Q − MMᵀ is near-singular, Gauss
 slightly out of the PSD cone; √(Q − MMᵀ) clips it.
 
 The Brownian path of a seed is a :class:`diffrax.VirtualBrownianTree` from its train key: the same
-path whatever the recording grid or the grouping of seeds. The base samples are shared by every
-seed (common random numbers, as in the theory); make them head-cyclic when D is large against
-their number, or their O(1/√n) head asymmetry outweighs the O(1/√D) one that matters.
+path whatever the recording grid or the grouping of seeds.
+
+Base samples, two ways:
+- fixed (default): shared by every seed and step (common random numbers, as in the theory), at
+  any D. Their O(1/√n) error of f is then a bias that every step repeats: on a plateau, where f is
+  small, 2–3 % of dQ/dt at n = 8192 (studies/drift_error.py), which shifts Q's mean as much. Make
+  them head-cyclic when D is large against n, or their O(1/√n) head asymmetry outweighs the
+  O(1/√D) one that matters.
+- ``resample=True``: n fresh Monte-Carlo samples per seed at every step. The drift is then
+  unbiased; its sampling error, of covariance V ≈ C/n per evaluation, adds dt·V per unit time of
+  noise, which is SGD noise of the right shape: the injected noise is reduced to
+  (C − D·dt·V)/D per unit time, so that the total is C/D (needs n ≥ D·dt; a step clipped to end
+  on a grid point is compensated as a full one). This is the law-exact mode for D up to n/dt.
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -102,6 +112,8 @@ class DiffusionEngine(Engine):
     solver: str = eqx.field(static=True, default="heun")  # "heun" | "euler"
     horizon: float = eqx.field(static=True, default=1.0)
     noise_factor: float = eqx.field(static=True, default=1.0)  # 1: SGD; else tests of the tests
+    resample: bool = eqx.field(static=True, default=False)  # fresh base samples at every step
+    orbit: int = eqx.field(static=True, default=1)  # head-cyclic copies per draw in ``base``
 
     name: ClassVar[str] = "diffusion"
 
@@ -134,7 +146,15 @@ class DiffusionEngine(Engine):
 
         def moments(t, x):
             st = unflat_sym(x, H, F)
-            return increment_moments(st, act, law, base, lr, lr_b, self.schedule(t), self.gram)
+            if not self.resample:
+                return increment_moments(st, act, law, base, lr, lr_b, self.schedule(t), self.gram)
+            fresh = self._fresh_base(sample_key, t)
+            return increment_moments(
+                st, act, law, fresh, lr, lr_b, self.schedule(t), self.gram,
+                resampled=self.D * self.dt, orbit=self.orbit,
+            )  # fmt: skip
+
+        sample_key = jax.random.fold_in(key, 0x7273)  # "rs": the seed's fresh samples
 
         bm = diffrax.VirtualBrownianTree(
             0.0,
@@ -146,6 +166,15 @@ class DiffusionEngine(Engine):
         )
         scale = self.noise_factor / jnp.sqrt(jnp.asarray(self.D, jnp.float64))
         return _term_class()(moments, bm, scale)
+
+    def _fresh_base(self, key, t) -> BaseSamples:
+        """The seed's fresh base samples at time t (a function of the exact float t: Heun's
+        corrector at the end of a step and the next step's predictor share them)."""
+        bits = jax.lax.bitcast_convert_type(jnp.asarray(t, jnp.float64), jnp.uint32)  # (2,)
+        k = jax.random.fold_in(jax.random.fold_in(key, bits[0]), bits[1])
+        n0 = self.base.n // self.orbit
+        fresh = BaseSamples.draw(k, self.law, self.L, self.H, n0)  # (n0, …)
+        return fresh.head_cyclic() if self.orbit > 1 else fresh
 
     @float64
     @eqx.filter_jit
