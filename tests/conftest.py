@@ -29,25 +29,3 @@ def _release_compiled_programs():
     memory mappings for JIT code; released programs give theirs back."""
     yield
     jax.clear_caches()
-
-
-# The default suite runs one process per core taking whole files (pytest-xdist, --dist
-# loadfile). Files are handed out in collection order, so the longest (a minute or more each:
-# the recipes' smoke runs, the documentation's commands, the sweeps' clusters) go first and the
-# short ones fill in at the end, instead of one long file running alone at the end.
-LONG_FILES = (
-    "test_recipe_e3_e5.py",
-    "test_recipe_e6.py",
-    "test_recipe_e7.py",
-    "test_recipe_e1_e2.py",
-    "test_docs.py",
-    "test_sweep.py",
-)
-
-
-def pytest_collection_modifyitems(config, items):
-    def rank(item):
-        name = item.path.name
-        return LONG_FILES.index(name) if name in LONG_FILES else len(LONG_FILES)
-
-    items.sort(key=rank)  # stable: the order within a file and among the rest is kept

@@ -13,6 +13,10 @@ import pytest
 
 from headspec.apps.experiments import e1, e2, experiments_dir, run_experiment
 
+# ~1 min each (JIT compiles of every run): with -m slow until the smoke scales need fewer
+# programs (two fresh-clone runs of the default suite crashed late with these in it)
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):

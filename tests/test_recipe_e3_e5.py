@@ -11,6 +11,10 @@ from headspec.apps.experiments.e4 import eta_end, final_excess
 from headspec.apps.experiments.e5 import _atom_scale, _increase, _path_dev
 from headspec.conventions import results
 
+# ~1 min each (JIT compiles of every run): with -m slow until the smoke scales need fewer
+# programs (two fresh-clone runs of the default suite crashed late with these in it)
+pytestmark = pytest.mark.slow
+
 EXPECTED = {
     "E3": [
         "[discrete] softmax stalls on a plateau above R_B",

@@ -9,6 +9,10 @@ import pytest
 from headspec.apps.experiments import e6
 from headspec.dynamics import analysis
 
+# ~1 min each (JIT compiles of every run): with -m slow until the smoke scales need fewer
+# programs (two fresh-clone runs of the default suite crashed late with these in it)
+pytestmark = pytest.mark.slow
+
 ORTH = np.array([[2.5, 0.0], [0.0, 2.5]])
 SPIKE = np.array([[2.5], [-2.5]])
 

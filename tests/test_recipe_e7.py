@@ -9,6 +9,10 @@ import pytest
 from headspec.apps.experiments import EXPERIMENT_FILES, RECIPES, e7, run_experiment
 from headspec.dynamics import representation as rep
 
+# ~1 min each (JIT compiles of every run): with -m slow until the smoke scales need fewer
+# programs (two fresh-clone runs of the default suite crashed late with these in it)
+pytestmark = pytest.mark.slow
+
 S2 = np.sqrt(2.0)
 
 
