@@ -182,7 +182,7 @@ def increment_moments(
     Z = (psi - mean) * jnp.sqrt(w / n)[..., None]  # (A, n, d): Σ ZᵀZ = C
     Z = Z.reshape(A * n, d)
     C = Z.T @ Z  # (d, d)
-    if not (isinstance(resampled, float | int) and resampled == 0):
+    if resampled:  # a Python number (D·dt), not traced
         draws = jnp.einsum("a,and->nd", weights.astype(psi.dtype), psi)  # (n, d) atoms averaged
         draws = draws.reshape(orbit, n // orbit, d).mean(0)  # (n0, d) one row per draw
         n0 = draws.shape[0]

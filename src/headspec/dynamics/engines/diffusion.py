@@ -146,12 +146,10 @@ class DiffusionEngine(Engine):
 
         def moments(t, x):
             st = unflat_sym(x, H, F)
-            if not self.resample:
-                return increment_moments(st, act, law, base, lr, lr_b, self.schedule(t), self.gram)
-            fresh = self._fresh_base(sample_key, t)
+            b = self._fresh_base(sample_key, t) if self.resample else base
             return increment_moments(
-                st, act, law, fresh, lr, lr_b, self.schedule(t), self.gram,
-                resampled=self.D * self.dt, orbit=self.orbit,
+                st, act, law, b, lr, lr_b, self.schedule(t), self.gram,
+                resampled=self.D * self.dt if self.resample else 0.0, orbit=self.orbit,
             )  # fmt: skip
 
         sample_key = jax.random.fold_in(key, 0x7273)  # "rs": the seed's fresh samples
