@@ -36,8 +36,21 @@ def psd_root(S: Array, rtol: float = 1e-12) -> Array:
     return _sym_sqrt(S, rtol)
 
 
+@jax.custom_batching.sequential_vmap
+def _eigh(S):
+    """``jnp.linalg.eigh``, batched by a loop (one matrix per LAPACK call) under ``vmap``.
+
+    On CPU (jaxlib 0.10.2) a batched LAPACK ``syevd`` splits its batch over XLA's intra-op
+    thread pool and waits for the pieces on a pool thread. Two such calls running at once (XLA
+    runs independent operations concurrently) each hold a thread and wait for the other's
+    pieces: with two pool threads (a 2-core machine) they wait forever. This hung the test
+    suite; a loop of single-matrix calls cannot (tests/test_linalg_deadlock.py), at the same
+    speed for the small matrices here (400 eighs of 13 × 13: 7.7 s vs 8.2 s per 1000)."""
+    return jnp.linalg.eigh(S)
+
+
 def _clipped_eigh(S, rtol):
-    w, V = jnp.linalg.eigh(S)  # (n,), (n, n)
+    w, V = _eigh(S)  # (n,), (n, n)
     cut = rtol * jnp.maximum(1.0, jnp.max(jnp.abs(w)))
     return jnp.where(w > cut, w, 0.0), V
 
