@@ -242,3 +242,60 @@ LatentOpt = Annotated[
 ScaleOpt = Annotated[
     float | None, typer.Option("--scale", help="Signal strength c: θ → cθ (task.latent.scale).")
 ]
+
+
+# --- a Dask scheduler to run on (reproduce, sweep): the same options, one check
+_SCHEDULER_HELP = (
+    "Address of an existing Dask scheduler (tcp://host:8786, or tls://host:8786 with the "
+    "--tls-* options); its workers need headspec installed{extra}. The scheduler is trusted "
+    "(Dask moves pickles). Default: {default}."
+)
+
+
+def scheduler_option(extra: str, default: str):
+    """The ``--scheduler`` option, its help completed with what this command needs of the
+    workers (``extra``) and what it does without the option (``default``)."""
+    return typer.Option("--scheduler", help=_SCHEDULER_HELP.format(extra=extra, default=default))
+
+
+TlsCaFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-ca-file", help="TLS: certificate authority of the --scheduler's certificate."
+    ),
+]
+TlsCertOpt = Annotated[
+    Path | None, typer.Option("--tls-cert", help="TLS: this client's certificate (PEM).")
+]
+TlsKeyOpt = Annotated[
+    Path | None,
+    typer.Option("--tls-key", help="TLS: this client's private key (if not in --tls-cert)."),
+]
+
+
+def check_scheduler_options(scheduler, ca_file, cert, key, timeout=None):
+    """Refuse a --scheduler address of bad syntax, TLS options without a tls:// scheduler,
+    missing TLS files and a non-positive --connect-timeout, before anything is made; returns the
+    ``distributed.security.Security`` of the TLS options (None without them)."""
+    import math
+
+    from headspec.apps import sweep as sw
+
+    tls = any(x is not None for x in (ca_file, cert, key))
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        fail(f"--connect-timeout {timeout} is not a positive time; fix: give seconds, e.g. 10")
+    if scheduler is None:
+        if tls or timeout is not None:
+            option = "--connect-timeout" if not tls else "--tls-ca-file/--tls-cert/--tls-key"
+            fail(f"{option} is for a remote --scheduler; fix: add --scheduler ADDRESS, or drop "
+                 f"{option} (the local cluster needs none)")  # fmt: skip
+        return None
+    try:
+        address = sw.check_scheduler(scheduler)
+        if tls and not address.startswith(("tls://", "wss://")):
+            fail(f"--scheduler {scheduler!r} is not a TLS address but --tls-* options are "
+                 f"given; fix: use tls://{address.split('://', 1)[1]}, or drop the --tls-* "
+                 "options")  # fmt: skip
+        return sw.tls_security(ca_file, cert, key) if tls else None
+    except sw.SweepError as e:
+        fail(str(e))

@@ -10,13 +10,18 @@ import typer
 from rich.table import Table
 
 from headspec.apps.cli.common import (
+    TlsCaFileOpt,
+    TlsCertOpt,
+    TlsKeyOpt,
     app,
     check_output_dir,
+    check_scheduler_options,
     counted,
     err,
     fail,
     out,
     progress_bar,
+    scheduler_option,
 )
 
 
@@ -31,27 +36,14 @@ def reproduce(
     ] = None,
     scheduler: Annotated[
         str | None,
-        typer.Option(
-            "--scheduler",
-            help="Address of an existing Dask scheduler (tcp://host:8786, or tls://host:8786 with "
-            "the --tls-* options) to run the simulations on; its workers need headspec installed "
-            "and, for the ODE started from a simulation, this folder. The scheduler is trusted "
-            "(Dask moves pickles). Default: a local cluster, one worker per core.",
+        scheduler_option(
+            " and, for the ODE started from a simulation, this folder",
+            "a local cluster, one worker per core",
         ),
     ] = None,
-    tls_ca_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--tls-ca-file", help="TLS: certificate authority of the --scheduler's certificate."
-        ),
-    ] = None,
-    tls_cert: Annotated[
-        Path | None, typer.Option("--tls-cert", help="TLS: this client's certificate (PEM).")
-    ] = None,
-    tls_key: Annotated[
-        Path | None,
-        typer.Option("--tls-key", help="TLS: this client's private key (if not in --tls-cert)."),
-    ] = None,
+    tls_ca_file: TlsCaFileOpt = None,
+    tls_cert: TlsCertOpt = None,
+    tls_key: TlsKeyOpt = None,
     workers: Annotated[
         int | None,
         typer.Option(
@@ -70,14 +62,13 @@ def reproduce(
     OUT/data: running the same command again resumes, reusing each finished run whose config is
     unchanged.
     """
-    from headspec.apps.cli.sweep import _check_scheduler_options
     from headspec.apps.experiments import EXPERIMENT_FILES, SCALES
     from headspec.apps.experiments import reproduce as run_all
     from headspec.apps.sweep import SweepError
 
     if scale not in SCALES:
         fail(f"--scale {scale!r} is not known; fix: use quick or full")
-    security = _check_scheduler_options(scheduler, tls_ca_file, tls_cert, tls_key, None)
+    security = check_scheduler_options(scheduler, tls_ca_file, tls_cert, tls_key)
     ids = None
     if only:
         ids = [x.strip().upper() for x in only.split(",") if x.strip()]

@@ -11,16 +11,21 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 from headspec.apps.cli.common import (
+    TlsCaFileOpt,
+    TlsCertOpt,
+    TlsKeyOpt,
     app,
     banner,
     check_output_dir,
     check_output_path,
+    check_scheduler_options,
     counted,
     err,
     fail,
     out,
     plural,
     progress_bar,
+    scheduler_option,
 )
 from headspec.conventions.config import ConfigError
 
@@ -68,27 +73,11 @@ def sweep_run(
     ] = None,
     scheduler: Annotated[
         str | None,
-        typer.Option(
-            "--scheduler",
-            help="Address of an existing Dask scheduler (tcp://host:8786, or tls://host:8786 with "
-            "the --tls-* options); its workers need headspec installed. The scheduler is trusted "
-            "(Dask moves pickles). Default: a local cluster that starts and stops with the "
-            "command.",
-        ),
+        scheduler_option("", "a local cluster that starts and stops with the command"),
     ] = None,
-    tls_ca_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--tls-ca-file", help="TLS: certificate authority of the --scheduler's certificate."
-        ),
-    ] = None,
-    tls_cert: Annotated[
-        Path | None, typer.Option("--tls-cert", help="TLS: this client's certificate (PEM).")
-    ] = None,
-    tls_key: Annotated[
-        Path | None,
-        typer.Option("--tls-key", help="TLS: this client's private key (if not in --tls-cert)."),
-    ] = None,
+    tls_ca_file: TlsCaFileOpt = None,
+    tls_cert: TlsCertOpt = None,
+    tls_key: TlsKeyOpt = None,
     connect_timeout: Annotated[
         float | None,
         typer.Option(
@@ -118,7 +107,7 @@ def sweep_run(
     """
     from headspec.apps import sweep as sw
 
-    security = _check_scheduler_options(scheduler, tls_ca_file, tls_cert, tls_key, connect_timeout)
+    security = check_scheduler_options(scheduler, tls_ca_file, tls_cert, tls_key, connect_timeout)
     try:
         spec, root = sw.load_spec(spec_path, set_, axis)
         plan = sw.resolve(spec, root, out_dir)
@@ -159,34 +148,6 @@ def sweep_run(
     if report.diverged_tasks:
         _report_diverged(plan, report)
         raise typer.Exit(3)
-
-
-def _check_scheduler_options(scheduler, ca_file, cert, key, timeout):
-    """Refuse a --scheduler address of bad syntax, TLS options without a tls:// scheduler,
-    missing TLS files and a non-positive --connect-timeout, before anything is made; returns the
-    ``distributed.security.Security`` of the TLS options (None without them)."""
-    import math
-
-    from headspec.apps import sweep as sw
-
-    tls = any(x is not None for x in (ca_file, cert, key))
-    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
-        fail(f"--connect-timeout {timeout} is not a positive time; fix: give seconds, e.g. 10")
-    if scheduler is None:
-        if tls or timeout is not None:
-            option = "--connect-timeout" if not tls else "--tls-ca-file/--tls-cert/--tls-key"
-            fail(f"{option} is for a remote --scheduler; fix: add --scheduler ADDRESS, or drop "
-                 f"{option} (the local cluster needs none)")  # fmt: skip
-        return None
-    try:
-        address = sw.check_scheduler(scheduler)
-        if tls and not address.startswith(("tls://", "wss://")):
-            fail(f"--scheduler {scheduler!r} is not a TLS address but --tls-* options are "
-                 f"given; fix: use tls://{address.split('://', 1)[1]}, or drop the --tls-* "
-                 "options")  # fmt: skip
-        return sw.tls_security(ca_file, cert, key) if tls else None
-    except sw.SweepError as e:
-        fail(str(e))
 
 
 def _report_diverged(plan, report) -> None:
