@@ -6,14 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from headspec.apps.experiments import run_experiment
-from headspec.apps.experiments.e4 import eta_end, final_excess
+from headspec.apps.experiments.annealed import eta_end, final_excess
 from headspec.apps.experiments.e5 import _atom_scale, _increase, _path_dev
 from headspec.conventions import results
-
-# ~1 min each (JIT compiles of every run): with -m slow until the smoke scales need fewer
-# programs (two fresh-clone runs of the default suite crashed late with these in it)
-pytestmark = pytest.mark.slow
 
 EXPECTED = {
     "E3": [
@@ -43,12 +38,10 @@ EXPECTED = {
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    out = {}
-    for exp in ("E3", "E4", "E5"):
-        folder = tmp_path_factory.mktemp(exp)
-        out[exp] = (folder, run_experiment(exp, "smoke", folder))
-    return out
+def smoke(smoke_report):
+    """exp → (report folder, outcome) of the session's smoke reproduction (tests/conftest.py)."""
+    folder, outcomes = smoke_report
+    return {exp: (folder, outcomes[exp]) for exp in ("E3", "E4", "E5")}
 
 
 @pytest.mark.parametrize("exp", ["E3", "E4", "E5"])

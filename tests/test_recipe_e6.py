@@ -6,12 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from headspec.apps.experiments import e6
+from headspec.apps.experiments import arrangement as arr
 from headspec.dynamics import analysis
-
-# ~1 min each (JIT compiles of every run): with -m slow until the smoke scales need fewer
-# programs (two fresh-clone runs of the default suite crashed late with these in it)
-pytestmark = pytest.mark.slow
 
 ORTH = np.array([[2.5, 0.0], [0.0, 2.5]])
 SPIKE = np.array([[2.5], [-2.5]])
@@ -31,36 +27,36 @@ def test_head_on_the_mean_direction_is_undecided():
     M, Q = _state([[1, 1], [1, 1.02], [1, 0], [0, 1]])
     # head_split(min_cos=0.5) alone puts the two heads on the diagonal on an atom: 4 heads split
     assert analysis.head_split(M, Q, ORTH, 0.5).sum() == 4
-    lab = e6.head_labels(M, Q, ORTH, 0.5, 0.1)
-    assert lab.tolist() == [e6.UNDECIDED, e6.UNDECIDED, 0, 1]
-    assert e6.split_name(lab) == "1:1 +2 undecided"
+    lab = arr.head_labels(M, Q, ORTH, 0.5, 0.1)
+    assert lab.tolist() == [arr.UNDECIDED, arr.UNDECIDED, 0, 1]
+    assert arr.split_name(lab) == "1:1 +2 undecided"
     # a combination head clearly nearer one feature is on it
     M, Q = _state([[0.8, 0.58], [0.58, 0.8], [0.96, -0.27], [-0.26, 0.96]])
-    lab = e6.head_labels(M, Q, ORTH, 0.5, 0.1)
+    lab = arr.head_labels(M, Q, ORTH, 0.5, 0.1)
     assert lab.tolist() == [0, 1, 0, 1]
-    assert e6.is_even(e6.split_name(lab))
+    assert arr.is_even(arr.split_name(lab))
 
 
 def test_flipped_spike_and_idle_heads():
     M = np.array([[2.0], [1.9], [2.1], [-2.0]])
     Q = M @ M.T + 0.2 * np.eye(4)
-    lab = e6.head_labels(M, Q, SPIKE, 0.5, 0.1)
+    lab = arr.head_labels(M, Q, SPIKE, 0.5, 0.1)
     assert lab.tolist() == [0, 0, 0, 1]
-    assert e6.split_name(lab) == "3:1" and e6.is_uneven("3:1") and not e6.is_even("3:1")
+    assert arr.split_name(lab) == "3:1" and arr.is_uneven("3:1") and not arr.is_even("3:1")
     Q2 = Q.copy()
     Q2[1, 1] = 0.1  # a shrunk key (with its overlaps kept consistent enough for the label)
     M2 = M.copy()
     M2[1] = 0.3
-    lab = e6.head_labels(M2, Q2, SPIKE, 0.5, 0.1, idle_q=0.25)
-    assert lab.tolist() == [0, e6.IDLE, 0, 1]
-    assert e6.split_name(lab) == "2:1 +1 idle" and e6.is_uneven("2:1 +1 idle")
-    assert e6.is_even("1:1 +2 idle") and not e6.is_even("0:0 +4 idle")
-    assert not e6.is_uneven("2:1 +1 undecided")
+    lab = arr.head_labels(M2, Q2, SPIKE, 0.5, 0.1, idle_q=0.25)
+    assert lab.tolist() == [0, arr.IDLE, 0, 1]
+    assert arr.split_name(lab) == "2:1 +1 idle" and arr.is_uneven("2:1 +1 idle")
+    assert arr.is_even("1:1 +2 idle") and not arr.is_even("0:0 +4 idle")
+    assert not arr.is_uneven("2:1 +1 undecided")
 
 
 def test_seed_history_finds_first_split_move_and_bump():
     t = np.arange(12.0)
-    u, a, b = e6.UNDECIDED, 0, 1
+    u, a, b = arr.UNDECIDED, 0, 1
     labels = np.array(
         [[u, u, u, u]] * 2
         + [[a, a, a, b]] * 4  # 3:1 from t = 2
@@ -69,38 +65,37 @@ def test_seed_history_finds_first_split_move_and_bump():
         + [[a, a, b, b]] * 4  # the move: 2:2 from t = 8, kept to the end
     )
     risk = np.array([0.45, 0.44, 0.32, 0.31, 0.30, 0.30, 0.30, 0.30, 0.33, 0.29, 0.28, 0.28])
-    h = e6.seed_history(t, risk, labels, persist=3)
+    h = arr.seed_history(t, risk, labels, persist=3)
     assert h["first"] == "3:1" and h["t_first"] == 2.0
     assert h["end"] == "2:2"
     assert len(h["moves"]) == 1
     m = h["moves"][0]
     assert m["t"] == 8.0 and m["from"] == "3:1" and m["to"] == "2:2"
     assert m["bump"] == pytest.approx(0.03)  # 0.33 over the 3:1 plateau's 0.30
-    s = e6.summary([h, {**h, "first": "2:2", "end": "2:2", "moves": [], "end_risk": 0.2}])
+    s = arr.summary([h, {**h, "first": "2:2", "end": "2:2", "moves": [], "end_risk": 0.2}])
     assert s["n_uneven0"] == 1 and s["n_moved"] == 1 and len(s["risk_even"]) == 2
 
 
 def test_seed_history_without_specialisation():
     t = np.arange(5.0)
-    labels = np.full((5, 4), e6.UNDECIDED)
-    h = e6.seed_history(t, np.full(5, 0.4), labels)
+    labels = np.full((5, 4), arr.UNDECIDED)
+    h = arr.seed_history(t, np.full(5, 0.4), labels)
     assert h["first"] is None and h["moves"] == [] and h["end"] == "0:0 +4 undecided"
 
 
 def test_prepared_state_is_the_asked_split():
-    M, Q = e6.prepared_state(ORTH, (3, 1), 0.6, 0.01)
+    M, Q = arr.prepared_state(ORTH, (3, 1), 0.6, 0.01)
     assert M.shape == (4, 2) and np.allclose(Q, Q.T)
     assert np.linalg.eigvalsh(Q - M @ M.T).min() > 0  # a valid (PSD) overlap state
-    assert e6.split_name(e6.head_labels(M, Q, ORTH)) == "3:1"
-    M, Q = e6.prepared_state(SPIKE, (4, 0), 0.6, 0.01)
-    assert e6.split_name(e6.head_labels(M, Q, SPIKE)) == "4:0"
+    assert arr.split_name(arr.head_labels(M, Q, ORTH)) == "3:1"
+    M, Q = arr.prepared_state(SPIKE, (4, 0), 0.6, 0.01)
+    assert arr.split_name(arr.head_labels(M, Q, SPIKE)) == "4:0"
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    from headspec.apps.experiments import run_experiment
-
-    return run_experiment("E6", "smoke", tmp_path_factory.mktemp("e6"))
+def smoke(smoke_report):
+    """E6 of the session's smoke reproduction (tests/conftest.py)."""
+    return smoke_report[1]["E6"]
 
 
 def test_smoke_runs_end_to_end(smoke):

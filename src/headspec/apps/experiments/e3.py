@@ -4,7 +4,7 @@ lower (most of all with opposite signals), Bayes-softmax reaches R_B once H ≥ 
 Every activation on every law is simulated on the exact reduced engine at large D beside the ODE
 from each seed's exact initial state (``ctx.paired``), at a constant η. Bayes-softmax is run again
 with the annealed (inverse-time) η for "reaches R_B"; its constant-η run is the contrast (O(η)
-excess). All final risks are compared with R_B on common samples (:func:`e4.final_excess`), so
+excess). All final risks are compared with R_B on common samples (:func:`annealed.final_excess`), so
 each verdict's tolerance is a multiple of a standard error (Monte Carlo and seed mean).
 """
 
@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from headspec.apps.experiments.base import Context, Run
-from headspec.apps.experiments.e4 import (
+from headspec.apps.experiments.annealed import (
     eta_end,
     eta_limit,
     final_excess,
@@ -24,6 +23,7 @@ from headspec.apps.experiments.e4 import (
     risk_dev_text,
     schedule_override,
 )
+from headspec.apps.experiments.base import Context, Run
 
 
 def _both(f):

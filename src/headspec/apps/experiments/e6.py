@@ -7,11 +7,8 @@ many seeds) beside the ODE started from each seed's exact initial state, plus OD
 near prepared uneven splits (3:1, 4:0; a simulation cannot start from a given state). Softmax-1
 and Bayes-softmax are contrasts (ODE only, from the perturbed random start of the same D).
 
-A head's direction: :func:`headspec.dynamics.analysis.head_split`'s ``best_atom`` (cosine
-≥ ``min_cos``), plus two local conditions (see :func:`head_labels`): its cosine must beat the other
-atom's by ``margin`` (a softmax head on the mean direction of the two orthogonal atoms has cosine
-0.71 with both and would be put on a random one), and its key must not have shrunk (``idle_q``:
-silent softmax-1 / Bayes-softmax heads). The uneven split right after specialisation, at the
+A head's direction and the split of the heads are read by
+:mod:`headspec.apps.experiments.arrangement`. The uneven split right after specialisation, at the
 end, each move (time, risk bump), end risks by arrangement, and the fixed-point classification
 (Jacobian of the ODE's drift at the uneven state: minimum or saddle) are reported.
 """
@@ -20,6 +17,21 @@ from __future__ import annotations
 
 import numpy as np
 
+from headspec.apps.experiments.arrangement import (
+    UNDECIDED,
+    classify,
+    counts,
+    head_labels,
+    histories,
+    is_even,
+    is_uneven,
+    mat_text,
+    moves_text,
+    prepared_state,
+    risks_text,
+    split_name,
+    summary,
+)
 from headspec.apps.experiments.base import Context, Run, _fmt, _mean_se
 from headspec.conventions.runs import config_model
 from headspec.dynamics import analysis
@@ -32,173 +44,8 @@ LAWS = {
     ),
 }
 LAW_NAMES = {"spike": "flipped spike ±a", "orth": "two orthogonal features"}
-UNDECIDED, IDLE = analysis.UNDECIDED, analysis.IDLE
 
 
-# ============================================================================ labelling
-def head_labels(M, Q, atoms, min_cos=0.5, margin=0.1, idle_q=0.0) -> np.ndarray:
-    """Per head (..., H): the atom it sits on, −1 undecided, −2 idle
-    (:func:`headspec.dynamics.analysis.best_atom` with a margin over the runner-up atom, so
-    that a head on the mean direction of two orthogonal atoms is not counted on either)."""
-    return analysis.best_atom(M, Q, atoms, min_cos, margin, idle_q)
-
-
-def counts(labels, J: int = 2) -> np.ndarray:
-    """Heads per atom (..., J) of labels (..., H)."""
-    return np.stack([(labels == j).sum(-1) for j in range(J)], axis=-1)
-
-
-def split_name(lab) -> str:
-    """'3:1' (largest group first), then '+k idle', '+k undecided'."""
-    lab = np.asarray(lab)
-    c = sorted((int((lab == j).sum()) for j in range(2)), reverse=True)
-    out = f"{c[0]}:{c[1]}"
-    for code, word in ((IDLE, "idle"), (UNDECIDED, "undecided")):
-        k = int((lab == code).sum())
-        if k:
-            out += f" +{k} {word}"
-    return out
-
-
-def is_even(name: str) -> bool:
-    """Both groups equal and not empty, no head undecided; idle heads allowed."""
-    a, b = name.split(" ")[0].split(":")
-    return a == b and a != "0" and "undecided" not in name
-
-
-def is_uneven(name: str) -> bool:
-    """Every active head decided and the groups unequal (e.g. 3:1, 4:0, 2:1 +1 idle)."""
-    a, b = name.split(" ")[0].split(":")
-    return a != b and "undecided" not in name
-
-
-def seed_history(t, risk, labels, persist: int = 3) -> dict:
-    """One seed: t (T,), risk (T,), labels (T, H) → first split, end split, moves.
-
-    The split after specialisation: the first label set (no head undecided, ≥ 2 heads on atoms)
-    that persists ``persist`` grid points; a move: a later change of the split name that persists
-    ``persist`` points (or lasts to the end); the end split is the last grid point's (a head
-    still between the atoms shows as undecided). A move's risk bump: the largest risk on the way
-    (from the previous split's lowest risk to the move's end) above that lowest risk (> 0: an
-    excursion)."""
-    names = [split_name(x) for x in labels]
-    on = (labels >= 0).sum(-1)
-    ok = (on >= 2) & ((labels == UNDECIDED).sum(-1) == 0) & (t > 0)
-    T = len(t)
-
-    def lasting(k):
-        end = min(k + persist, T)
-        return all(names[j] == names[k] and ok[j] for j in range(k, end))
-
-    k0 = next((k for k in range(T) if ok[k] and lasting(k)), None)
-    if k0 is None:
-        return {"first": None, "t_first": np.nan, "end": names[-1], "moves": [],
-                "end_risk": float(risk[-1])}  # fmt: skip
-    moves, cur, kp = [], names[k0], k0
-    for k in range(k0 + 1, T):
-        if names[k] != cur and ok[k] and lasting(k):
-            lo = kp + int(np.argmin(risk[kp:k]))
-            bump = float(np.max(risk[lo : k + 1]) - risk[lo])
-            moves.append({"t": float(t[k]), "from": cur, "to": names[k], "bump": bump})
-            cur, kp = names[k], k
-    return {"first": names[k0], "t_first": float(t[k0]), "end": names[-1], "moves": moves,
-            "end_risk": float(risk[-1])}  # fmt: skip
-
-
-def histories(ds, atoms, p) -> list[dict]:
-    """Per seed of ``ds``: :func:`seed_history` (idle heads only for softmax-1/Bayes-softmax:
-    a softmax head with a small key attends uniformly, it is not silent)."""
-    idle = 0.0 if config_model(ds).model.activation == "softmax" else p["idle_q"]
-    lab = head_labels(ds.M.values, ds.Q.values, atoms, p["min_cos"], p["margin"], idle)
-    t, r = ds.t.values, ds.risk.values
-    return [seed_history(t, r[s], lab[s], p["persist"]) for s in range(ds.sizes["seed"])]
-
-
-def summary(hs: list[dict]) -> dict:
-    def hist(xs):
-        out: dict[str, int] = {}
-        for x in xs:
-            out[str(x)] = out.get(str(x), 0) + 1
-        return ", ".join(f"{k} ×{v}" for k, v in sorted(out.items()))
-
-    S = len(hs)
-    uneven0 = [h for h in hs if h["first"] and is_uneven(h["first"])]
-    moved = [h for h in uneven0 if is_even(h["end"])]
-    moves = [m for h in hs for m in h["moves"]]
-    ev = [h["end_risk"] for h in hs if is_even(h["end"])]
-    un = [h["end_risk"] for h in hs if is_uneven(h["end"])]
-    return {"S": S, "first": hist(h["first"] for h in hs), "end": hist(h["end"] for h in hs),
-            "n_uneven0": len(uneven0), "n_moved": len(moved), "moves": moves,
-            "risk_even": ev, "risk_uneven": un}  # fmt: skip
-
-
-def _moves_text(moves, limit=6) -> str:
-    if not moves:
-        return "none"
-    txt = "; ".join(f"t={_fmt(m['t'])} {m['from']}→{m['to']} bump {m['bump']:+.4f}"
-                    for m in moves[:limit])  # fmt: skip
-    return txt + (f"; … ({len(moves)} in all)" if len(moves) > limit else "")
-
-
-def _risk_text(xs) -> str:
-    if not xs:
-        return "–"
-    m, se = _mean_se(xs)
-    return f"{m:.4f} ± {se:.4f} (n={len(xs)})"
-
-
-# ============================================================================ prepared starts
-def prepared_state(atoms: np.ndarray, sizes: tuple[int, ...], scale: float, eps: float, seed=0):
-    """M: heads grouped on the atoms (``sizes`` heads on atom 0, 1), at ``scale``·atom, plus a
-    deterministic perturbation ``eps`` (so identical heads can separate); Q = MMᵀ + 0.1·I."""
-    rng = np.random.default_rng(seed)
-    rows = np.concatenate([np.repeat(atoms[j][None], n, 0) for j, n in enumerate(sizes)])
-    M = scale * rows + eps * rng.standard_normal(rows.shape)
-    Q = M @ M.T + 0.1 * np.eye(len(M))
-    return M, Q
-
-
-def _mat(x) -> str:
-    return "[" + ", ".join("[" + ", ".join(f"{v:.6g}" for v in r) + "]" for r in x) + "]"
-
-
-def classify(ds, t_index: int, n: int, group_cos: float) -> dict:
-    """Fixed point nearest the state of seed 0 at ``t_index`` and its spectrum
-    (``headspec.dynamics.saddles.saddle_at``): minimum or saddle."""
-    from headspec.conventions import build
-    from headspec.core.observables import BaseSamples
-    from headspec.dynamics.ode import OrderParameters
-    from headspec.dynamics.saddles import saddle_at
-
-    cfg = config_model(ds)
-    law = cfg.task.latent.build()
-    lr, lr_b = build.learning_rates(cfg.train)
-    st = ds.isel(seed=0, t=t_index)
-    state = OrderParameters(*(np.asarray(st[v].values, float) for v in ("M", "Q", "b")))
-    base = BaseSamples.sobol(0, law, cfg.task.L, ds.sizes["head"], n)
-    sad = saddle_at(state, build.activation(cfg.model), law, base, float(lr), float(lr_b),
-                    True, group_cos)  # fmt: skip
-    nz = [m for m in sad.modes if not m.zero]
-    lead = nz[0] if nz else None
-    se = lambda m: 0.0 if np.isnan(m.se) else m.se  # noqa: E731
-    n_uns = sum(m.eigenvalue.real > 3 * se(m) for m in nz)
-    n_marg = sum(abs(m.eigenvalue.real) <= 3 * se(m) for m in nz)
-    kind = "saddle" if n_uns else ("marginal" if n_marg else "minimum")
-    if not sad.is_fixed:
-        kind += " (not polished to a fixed point)"
-    return {
-        "kind": kind,
-        "risk": float(sad.risk),
-        "lead": float(lead.eigenvalue.real) if lead else np.nan,
-        "lead_se": se(lead) if lead else np.nan,
-        "n_unstable": int(n_uns),
-        "n_marginal": int(n_marg),
-        "max_z": float(sad.max_z),
-        "t": float(ds.t.values[t_index]),
-    }
-
-
-# ============================================================================ recipe
 def run(ctx: Context):
     """Splits of H heads between two directions after specialisation and at the end."""
     p = ctx.params
@@ -231,7 +78,7 @@ def run(ctx: Context):
         for k in laws:
             for sizes in p["contrast_prepared"]:
                 M, Q = prepared_state(atoms[k], tuple(sizes), p["prep_scale"], p["prep_eps"])
-                init = f'theory.init={{kind="given", M={_mat(M)}, Q={_mat(Q)}}}'
+                init = f'theory.init={{kind="given", M={mat_text(M)}, Q={mat_text(Q)}}}'
                 con_prep[f"{act}_prepared_{k}_{sizes[0]}{sizes[1]}"] = (act, k, sizes, Run(
                     f"{act}_prepared_{k}_{sizes[0]}{sizes[1]}", "theory",
                     (law_over[k], f"train.T={p['T_prepared']}", f'model.activation="{act}"',
@@ -244,7 +91,7 @@ def run(ctx: Context):
             sizes = tuple(sizes)
             M, Q = prepared_state(atoms[k], sizes, p["prep_scale"], p["prep_eps"])
             name = f"prepared_{k}_{sizes[0]}{sizes[1]}"
-            init = f'theory.init={{kind="given", M={_mat(M)}, Q={_mat(Q)}}}'
+            init = f'theory.init={{kind="given", M={mat_text(M)}, Q={mat_text(Q)}}}'
             prep_runs.append(Run(name, "theory", (law_over[k], f"train.T={p['T_prepared']}",
                                                   init)))  # fmt: skip
             prep_meta[name] = (k, f"{sizes[0]}:{sizes[1]}")
@@ -303,8 +150,8 @@ def run(ctx: Context):
                            ("ode", "random (each seed's init) → ODE")):  # fmt: skip
             s = res[(k, who)]
             rows.append(("softmax", LAW_NAMES[k], label, s["S"], s["first"], s["end"],
-                         f"{s['n_moved']}/{s['n_uneven0']}", _moves_text(s["moves"]),
-                         _risk_text(s["risk_even"]), _risk_text(s["risk_uneven"]), ""))  # fmt: skip
+                         f"{s['n_moved']}/{s['n_uneven0']}", moves_text(s["moves"]),
+                         risks_text(s["risk_even"]), risks_text(s["risk_uneven"]), ""))  # fmt: skip
         for name, ds in preps.items():
             if prep_meta[name][0] != k:
                 continue
@@ -316,7 +163,7 @@ def run(ctx: Context):
                 f"{c['n_marginal']} marginal")  # fmt: skip
             er = f"{h['end_risk']:.4f}"
             rows.append(("softmax", LAW_NAMES[k], f"prepared {prep_meta[name][1]} → ODE", 1,
-                         h["first"] or "–", h["end"], "", _moves_text(h["moves"]),
+                         h["first"] or "–", h["end"], "", moves_text(h["moves"]),
                          er if is_even(h["end"]) else "–", er if is_uneven(h["end"]) else "–",
                          ctext))  # fmt: skip
         for name, (act, k2, sizes, _) in con_prep.items():
@@ -324,14 +171,14 @@ def run(ctx: Context):
                 continue
             h = histories(con_prep_ds[name], atoms[k], p)[0]
             rows.append((act, LAW_NAMES[k], f"prepared {sizes[0]}:{sizes[1]} → ODE", 1,
-                         h["first"] or "–", h["end"], "", _moves_text(h["moves"]),
+                         h["first"] or "–", h["end"], "", moves_text(h["moves"]),
                          f"{h['end_risk']:.4f}" if is_even(h["end"]) else "–",
                          f"{h['end_risk']:.4f}" if is_uneven(h["end"]) else "–", ""))  # fmt: skip
         for act in p["contrasts"] if p["contrast_seeds"] else ():
             s = res[(k, act)]
             rows.append((act, LAW_NAMES[k], "random (perturbed init) → ODE", s["S"], s["first"],
-                         s["end"], f"{s['n_moved']}/{s['n_uneven0']}", _moves_text(s["moves"]),
-                         _risk_text(s["risk_even"]), _risk_text(s["risk_uneven"]), ""))  # fmt: skip
+                         s["end"], f"{s['n_moved']}/{s['n_uneven0']}", moves_text(s["moves"]),
+                         risks_text(s["risk_even"]), risks_text(s["risk_uneven"]), ""))  # fmt: skip
     ctx.outcome.table = rows
     ctx.outcome.table_header = header
 
@@ -374,7 +221,7 @@ def run(ctx: Context):
             (moved_total >= 1) if (n0 or prep_here) else None,
             ("STUCK: " if stuck else "")
             + (f"fixed point at the uneven state: {'; '.join(cl)}. " if cl else "")
-            + f"moves in simulations: {_moves_text(s['moves'], 4)}",
+            + f"moves in simulations: {moves_text(s['moves'], 4)}",
             tolerance=f"≥ 1 seed or prepared start ends even (split by cosine ≥ {p['min_cos']} "
             f"and margin {p['margin']}, lasting ≥ {p['persist']} grid points) by t = "
             f"{_fmt(T_of[k])} (prepared: {_fmt(p['T_prepared'])}); none → stuck, reported with "
@@ -389,7 +236,7 @@ def run(ctx: Context):
         else:  # no seed ends uneven (or none even): measured, no verdict
             cl_r = [f"{c['split']} fixed point R* = {c['risk']:.4f} ({c['kind']})"
                     for n, c in classes.items() if prep_meta[n][0] == k]  # fmt: skip
-            value = (f"no simulation seed ends uneven; even ends {_risk_text(ev)}"
+            value = (f"no simulation seed ends uneven; even ends {risks_text(ev)}"
                      if ev else "no simulation seed ends even")  # fmt: skip
             if cl_r:
                 value += "; uneven " + ", ".join(cl_r)

@@ -1,0 +1,208 @@
+"""What E3 and E4 share: "reaches R_B" with an annealed learning rate, measured on common samples.
+
+With a constant η the η² term of dQ/dt leaves an O(η) excess over R_B, so both recipes judge
+"reaches R_B" on runs with an inverse-time schedule (:func:`schedule_override`,
+:func:`eta_end`) against a tolerance that adds the Monte-Carlo error and the finite-D and
+finite-η corrections (:func:`eta_limit`, :func:`reach_claims`). The excess is measured on
+common samples: every seed's final (M, Q, b) and the Bayes posterior on the same sequences
+(paired, so the Monte-Carlo error of the difference is small), see :func:`final_excess`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from headspec.apps.experiments.base import Context, _fmt
+
+
+def final_excess(ds, n: int, key: int = 7, t_index: int = -1) -> dict:
+    """Relative excess (R − R_B)/R_B of every seed's final state (or the state at grid index
+    ``t_index``) of a result ``ds``, on ``n`` common samples shared with the Bayes posterior
+    (paired).
+
+    Returns {"seeds": (S,) relative excess (NaN for a diverged seed), "mean": seed mean,
+    "se_seed": s.e. of the seed mean from the seed-to-seed spread, "se_mc": Monte-Carlo s.e. of the
+    seed mean's paired difference (samples are shared by all seeds, so this part does not average
+    out over seeds), "se": both combined, "rb": R_B on these samples, "rb_se": its s.e.}.
+    The same ``key`` for every call: all results are compared on the same samples.
+    """
+    import jax
+
+    from headspec.conventions import build
+    from headspec.conventions.runs import config_model, law_of
+    from headspec.core.attention import Heads
+    from headspec.core.stats import mean_se
+    from headspec.dynamics.bayes import Posterior, estimate_risks
+
+    cfg = config_model(ds)
+    law = law_of(ds)
+    act = build.activation(cfg.model)
+    last = ds.isel(t=t_index)
+    M, Q, b = (np.asarray(last[v].values, dtype=float) for v in ("M", "Q", "b"))
+    S = M.shape[0]
+    ok = [s for s in range(S) if np.isfinite(M[s]).all() and np.isfinite(Q[s]).all()
+          and np.isfinite(b[s]).all()]  # fmt: skip
+    preds = {f"s{s}": Heads(M=M[s], Q=Q[s], b=b[s], activation=act) for s in ok}
+    preds["bayes"] = Posterior(law)
+    est, smp = estimate_risks(jax.random.key(key), law, cfg.task.L, preds, n=n, return_samples=True)
+    rb = est["bayes"].mean
+    per = np.full(S, np.nan)
+    for s in ok:
+        per[s] = (est[f"s{s}"].mean - rb) / rb
+    m, se_seed = mean_se(per)
+    se_seed = float(se_seed) if np.isfinite(se_seed) else 0.0
+    if ok:
+        d = np.mean([smp[f"s{s}"] for s in ok], axis=0) - smp["bayes"]  # (n,) seed-mean paired
+        se_mc = float(d.std(ddof=1) / np.sqrt(d.size) / rb)
+    else:
+        se_mc = float("nan")
+    return {
+        "seeds": per,
+        "mean": float(m),
+        "se_seed": se_seed,
+        "se_mc": se_mc,
+        "se": float(np.hypot(se_seed, se_mc)),
+        "rb": float(rb),
+        "rb_se": float(est["bayes"].se),
+    }
+
+
+def rb_on_record_base(ds) -> float:
+    """R_B on the base samples of the recorded risk curves (``record.mc_seed``, ``record.n_mc``):
+    the level those curves reach at the optimum. Their common Monte-Carlo error (≈ 1–3 % at
+    n_mc = 4096) shifts curves and this level alike, so figures draw this one, not
+    ``attrs["bayes_risk"]`` (other samples)."""
+    import jax
+    import jax.numpy as jnp
+
+    from headspec.conventions import build
+    from headspec.conventions.runs import config_model, law_of
+    from headspec.core.attention import loss_projected
+    from headspec.dynamics.bayes import posterior
+
+    cfg = config_model(ds)
+    law = law_of(ds)
+    L = cfg.task.L
+    base = build.risk_base(cfg.record, law, L, cfg.model.H)
+
+    def per_sample(theta):  # (n, F) → (n,)
+        shift = jax.nn.one_hot(0, L, dtype=base.nu.dtype)[None, :, None] * theta[:, None, :]
+        W = posterior(law, base.nu + shift)  # (n, L)
+        return loss_projected(W, jnp.zeros(W.shape[0], jnp.int32))
+
+    losses, _ = law.expect_by_atom(per_sample, base.theta)
+    return float(jnp.mean(losses))
+
+
+def pct(x: float, digits: int = 2) -> str:
+    return f"{100 * x:+.{digits}f} %"
+
+
+def schedule_override(t0: float, power: float = 1.0) -> str:
+    return f'train.schedule={{kind="inverse_time", t0={float(t0)}, power={float(power)}}}'
+
+
+def eta_end(lr: float, t0: float, power: float, T: float) -> float:
+    """η(T) of the inverse-time schedule."""
+    return lr * (1.0 + T / t0) ** (-power)
+
+
+def eta_limit(ds, n: int, eta_of, from_frac: float = 0.25) -> dict:
+    """The η → 0 limit of the excess along an annealed run: per seed, the least-squares line
+    x(t) = x0 + c·η(t) through the paired excess at the grid times t ≥ from_frac·T; returns
+    {"x0": seed mean of x0, "se": its s.e. (seeds) ⊕ the Monte-Carlo s.e., "c": mean slope,
+    "t": the times used}. At an optimum reached, x0 = 0 (the excess is the O(η(t)) term); heads
+    stuck off the optimum leave x0 > 0."""
+    from headspec.core.stats import mean_se
+
+    t = ds.t.values
+    idx = np.flatnonzero(t >= from_frac * t[-1])
+    ex = [final_excess(ds, n, t_index=int(i)) for i in idx]
+    X = np.stack([e["seeds"] for e in ex], axis=1)  # (S, k)
+    eta = np.asarray([eta_of(t[i]) for i in idx])
+    A = np.stack([np.ones_like(eta), eta], axis=1)  # (k, 2)
+    x0, c = [], []
+    for row in X:
+        if np.isfinite(row).all():
+            coef = np.linalg.lstsq(A, row, rcond=None)[0]
+            x0.append(coef[0])
+            c.append(coef[1])
+    m, se = mean_se(np.asarray(x0))
+    se = float(se) if np.isfinite(se) else 0.0
+    se_mc = max(e["se_mc"] for e in ex)
+    return {"x0": float(m), "se": float(np.hypot(se, se_mc)), "c": float(np.mean(c)),
+            "t": t[idx]}  # fmt: skip
+
+
+def reach_claims(ctx: Context, label: str, anneal: dict, anneal_ode: dict, lim: dict,
+                 lim_ode: dict, const: dict, const_ode: dict, D: int, eta_T: float,
+                 aim: float):  # fmt: skip
+    """The "reaches R_B" verdicts of an annealed run (simulation and ODE) and its contrast.
+
+    ``anneal``/``const``: :func:`final_excess` of the simulations; ``*_ode``: of their ODEs;
+    ``lim``/``lim_ode``: :func:`eta_limit` of the annealed simulation and ODE.
+    """
+    x, xo = anneal["mean"], anneal_ode["mean"]
+    gap = x - xo  # finite-D part: same initial states, same schedule
+    se_gap = float(np.hypot(anneal["se_seed"], anneal_ode["se_seed"]))
+    tol = 3 * lim["se"] + abs(gap)
+    tol_o = 3 * lim_ode["se"]
+    ts = lim["t"]
+    ctx.claim(
+        f"{label}Bayes-softmax reaches R_B with an annealed η",
+        f"η → 0 limit x0 of the relative excess over R_B along the annealing (per seed, line "
+        f"x = x0 + c·η(t) through t = {ts[0]:.0f} … {ts[-1]:.0f}; paired on common samples), "
+        f"simulation at D = {D} / ODE from the same initial states; and the excess at T "
+        f"(η(T) = {eta_T:.3g})",
+        f"x0 = {pct(lim['x0'])} ± {100 * lim['se']:.2f} % / {pct(lim_ode['x0'])} ± "
+        f"{100 * lim_ode['se']:.2f} %; at T {pct(x)} ± {100 * anneal['se']:.2f} % / {pct(xo)} "
+        f"± {100 * anneal_ode['se']:.2f} % (finite-D gap {pct(gap)} ± {100 * se_gap:.2f} %)",
+        lim["x0"] <= tol and lim_ode["x0"] <= tol_o and x <= aim and xo <= aim,
+        f"the excess falls like η(t): c = {100 * lim['c']:.1f} % per unit η along the annealing "
+        f"(constant-η contrast: {pct(const['mean'])} sim / {pct(const_ode['mean'])} ODE at "
+        "η = 2, i.e. ≈ excess/η per unit η; the annealed c is larger by the lag of the slow "
+        "relaxation behind η(t))",
+        tolerance=f"x0 ≤ 3 s.e. + |finite-D| (simulation: {100 * tol:.2f} %; ODE "
+        f"{100 * tol_o:.2f} %), and the excess at T ≤ {100 * aim:.0f} % (the issue's aim). s.e.: "
+        "seed-to-seed spread of the per-seed x0 ⊕ the paired Monte-Carlo error; finite-D: the "
+        f"measured sim − ODE gap of the same seeds at T, {100 * abs(gap):.2f} % (O(1/D), "
+        f"1/D = {100 / D:.2f} %). The O(η) excess itself is removed by the η → 0 limit; heads "
+        "stuck off the optimum would leave x0 > 0",
+    )
+    diff = const["mean"] - x
+    se_d = float(np.hypot(const["se"], anneal["se"]))
+    ctx.claim(
+        f"{label}The constant-η excess is the O(η) term, removed by annealing",
+        "relative excess over R_B: constant η (simulation / ODE) vs annealed (simulation)",
+        f"{pct(const['mean'])} / {pct(const_ode['mean'])} vs {pct(x)} "
+        f"(difference {100 * diff:.2f} ± {100 * se_d:.2f} %)",
+        diff > 3 * se_d and const_ode["mean"] - xo > 3 * se_d,
+        tolerance="the constant-η excess exceeds the annealed one by > 3 s.e. of the difference "
+        f"({100 * 3 * se_d:.2f} %), in simulation and in the ODE",
+    )
+
+
+def overlay_risk(ax, sim, ode, color, label, rb=None):
+    """Simulation mean (solid, ± s.e. band) and the ODE from the same seeds (dashed) on ``ax``."""
+    from headspec.core.stats import mean_se
+
+    t = sim.t.values
+    pos = t > 0
+    m, se = mean_se(sim.risk.values, axis=0)
+    ax.plot(t[pos], m[pos], color=color, lw=1.8, label=f"{label} (sim)")
+    ax.fill_between(t[pos], (m - se)[pos], (m + se)[pos], color=color, alpha=0.2, lw=0)
+    to = ode.t.values
+    ax.plot(to[to > 0], ode.risk.mean("seed").values[to > 0], color=color, lw=1.4, ls="--",
+            label=f"{label} (ODE)")  # fmt: skip
+    if rb is not None:
+        ax.axhline(rb, color="k", ls=":", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("t")
+
+
+def risk_dev_text(dev: dict) -> str:
+    r = dev["risk"]
+    return (
+        f"max |Δrisk| {100 * r['max_dev']:.1f} % at t = {_fmt(r['t'])}, "
+        f"|ΔM| {dev['M']['max_dev']:.3f}"
+    )

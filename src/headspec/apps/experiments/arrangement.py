@@ -1,0 +1,183 @@
+"""E6's reading of head arrangements: which direction each head took, the split of the heads
+over the directions, each seed's history of splits (moves, their times and risk bumps), prepared
+uneven starts, and the fixed-point classification of a final state.
+
+A head's direction: :func:`headspec.dynamics.analysis.head_split`'s ``best_atom`` (cosine
+≥ ``min_cos``), plus two local conditions (see :func:`head_labels`): its cosine must beat the other
+atom's by ``margin`` (a softmax head on the mean direction of the two orthogonal atoms has cosine
+0.71 with both and would be put on a random one), and its key must not have shrunk (``idle_q``:
+silent softmax-1 / Bayes-softmax heads).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from headspec.apps.experiments.base import _fmt, _mean_se
+from headspec.conventions.runs import config_model
+from headspec.dynamics import analysis
+
+UNDECIDED, IDLE = analysis.UNDECIDED, analysis.IDLE
+
+
+# ============================================================================ labelling
+def head_labels(M, Q, atoms, min_cos=0.5, margin=0.1, idle_q=0.0) -> np.ndarray:
+    """Per head (..., H): the atom it sits on, −1 undecided, −2 idle
+    (:func:`headspec.dynamics.analysis.best_atom` with a margin over the runner-up atom, so
+    that a head on the mean direction of two orthogonal atoms is not counted on either)."""
+    return analysis.best_atom(M, Q, atoms, min_cos, margin, idle_q)
+
+
+def counts(labels, J: int = 2) -> np.ndarray:
+    """Heads per atom (..., J) of labels (..., H)."""
+    return np.stack([(labels == j).sum(-1) for j in range(J)], axis=-1)
+
+
+def split_name(lab) -> str:
+    """'3:1' (largest group first), then '+k idle', '+k undecided'."""
+    lab = np.asarray(lab)
+    c = sorted((int((lab == j).sum()) for j in range(2)), reverse=True)
+    out = f"{c[0]}:{c[1]}"
+    for code, word in ((IDLE, "idle"), (UNDECIDED, "undecided")):
+        k = int((lab == code).sum())
+        if k:
+            out += f" +{k} {word}"
+    return out
+
+
+def is_even(name: str) -> bool:
+    """Both groups equal and not empty, no head undecided; idle heads allowed."""
+    a, b = name.split(" ")[0].split(":")
+    return a == b and a != "0" and "undecided" not in name
+
+
+def is_uneven(name: str) -> bool:
+    """Every active head decided and the groups unequal (e.g. 3:1, 4:0, 2:1 +1 idle)."""
+    a, b = name.split(" ")[0].split(":")
+    return a != b and "undecided" not in name
+
+
+def seed_history(t, risk, labels, persist: int = 3) -> dict:
+    """One seed: t (T,), risk (T,), labels (T, H) → first split, end split, moves.
+
+    The split after specialisation: the first label set (no head undecided, ≥ 2 heads on atoms)
+    that persists ``persist`` grid points; a move: a later change of the split name that persists
+    ``persist`` points (or lasts to the end); the end split is the last grid point's (a head
+    still between the atoms shows as undecided). A move's risk bump: the largest risk on the way
+    (from the previous split's lowest risk to the move's end) above that lowest risk (> 0: an
+    excursion)."""
+    names = [split_name(x) for x in labels]
+    on = (labels >= 0).sum(-1)
+    ok = (on >= 2) & ((labels == UNDECIDED).sum(-1) == 0) & (t > 0)
+    T = len(t)
+
+    def lasting(k):
+        end = min(k + persist, T)
+        return all(names[j] == names[k] and ok[j] for j in range(k, end))
+
+    k0 = next((k for k in range(T) if ok[k] and lasting(k)), None)
+    if k0 is None:
+        return {"first": None, "t_first": np.nan, "end": names[-1], "moves": [],
+                "end_risk": float(risk[-1])}  # fmt: skip
+    moves, cur, kp = [], names[k0], k0
+    for k in range(k0 + 1, T):
+        if names[k] != cur and ok[k] and lasting(k):
+            lo = kp + int(np.argmin(risk[kp:k]))
+            bump = float(np.max(risk[lo : k + 1]) - risk[lo])
+            moves.append({"t": float(t[k]), "from": cur, "to": names[k], "bump": bump})
+            cur, kp = names[k], k
+    return {"first": names[k0], "t_first": float(t[k0]), "end": names[-1], "moves": moves,
+            "end_risk": float(risk[-1])}  # fmt: skip
+
+
+def histories(ds, atoms, p) -> list[dict]:
+    """Per seed of ``ds``: :func:`seed_history` (idle heads only for softmax-1/Bayes-softmax:
+    a softmax head with a small key attends uniformly, it is not silent)."""
+    idle = 0.0 if config_model(ds).model.activation == "softmax" else p["idle_q"]
+    lab = head_labels(ds.M.values, ds.Q.values, atoms, p["min_cos"], p["margin"], idle)
+    t, r = ds.t.values, ds.risk.values
+    return [seed_history(t, r[s], lab[s], p["persist"]) for s in range(ds.sizes["seed"])]
+
+
+def summary(hs: list[dict]) -> dict:
+    def hist(xs):
+        out: dict[str, int] = {}
+        for x in xs:
+            out[str(x)] = out.get(str(x), 0) + 1
+        return ", ".join(f"{k} ×{v}" for k, v in sorted(out.items()))
+
+    S = len(hs)
+    uneven0 = [h for h in hs if h["first"] and is_uneven(h["first"])]
+    moved = [h for h in uneven0 if is_even(h["end"])]
+    moves = [m for h in hs for m in h["moves"]]
+    ev = [h["end_risk"] for h in hs if is_even(h["end"])]
+    un = [h["end_risk"] for h in hs if is_uneven(h["end"])]
+    return {"S": S, "first": hist(h["first"] for h in hs), "end": hist(h["end"] for h in hs),
+            "n_uneven0": len(uneven0), "n_moved": len(moved), "moves": moves,
+            "risk_even": ev, "risk_uneven": un}  # fmt: skip
+
+
+def moves_text(moves, limit=6) -> str:
+    if not moves:
+        return "none"
+    txt = "; ".join(f"t={_fmt(m['t'])} {m['from']}→{m['to']} bump {m['bump']:+.4f}"
+                    for m in moves[:limit])  # fmt: skip
+    return txt + (f"; … ({len(moves)} in all)" if len(moves) > limit else "")
+
+
+def risks_text(xs) -> str:
+    if not xs:
+        return "–"
+    m, se = _mean_se(xs)
+    return f"{m:.4f} ± {se:.4f} (n={len(xs)})"
+
+
+# ============================================================================ prepared starts
+def prepared_state(atoms: np.ndarray, sizes: tuple[int, ...], scale: float, eps: float, seed=0):
+    """M: heads grouped on the atoms (``sizes`` heads on atom 0, 1), at ``scale``·atom, plus a
+    deterministic perturbation ``eps`` (so identical heads can separate); Q = MMᵀ + 0.1·I."""
+    rng = np.random.default_rng(seed)
+    rows = np.concatenate([np.repeat(atoms[j][None], n, 0) for j, n in enumerate(sizes)])
+    M = scale * rows + eps * rng.standard_normal(rows.shape)
+    Q = M @ M.T + 0.1 * np.eye(len(M))
+    return M, Q
+
+
+def mat_text(x) -> str:
+    return "[" + ", ".join("[" + ", ".join(f"{v:.6g}" for v in r) + "]" for r in x) + "]"
+
+
+def classify(ds, t_index: int, n: int, group_cos: float) -> dict:
+    """Fixed point nearest the state of seed 0 at ``t_index`` and its spectrum
+    (``headspec.dynamics.saddles.saddle_at``): minimum or saddle."""
+    from headspec.conventions import build
+    from headspec.core.observables import BaseSamples
+    from headspec.dynamics.ode import OrderParameters
+    from headspec.dynamics.saddles import saddle_at
+
+    cfg = config_model(ds)
+    law = cfg.task.latent.build()
+    lr, lr_b = build.learning_rates(cfg.train)
+    st = ds.isel(seed=0, t=t_index)
+    state = OrderParameters(*(np.asarray(st[v].values, float) for v in ("M", "Q", "b")))
+    base = BaseSamples.sobol(0, law, cfg.task.L, ds.sizes["head"], n)
+    sad = saddle_at(state, build.activation(cfg.model), law, base, float(lr), float(lr_b),
+                    True, group_cos)  # fmt: skip
+    nz = [m for m in sad.modes if not m.zero]
+    lead = nz[0] if nz else None
+    se = lambda m: 0.0 if np.isnan(m.se) else m.se  # noqa: E731
+    n_uns = sum(m.eigenvalue.real > 3 * se(m) for m in nz)
+    n_marg = sum(abs(m.eigenvalue.real) <= 3 * se(m) for m in nz)
+    kind = "saddle" if n_uns else ("marginal" if n_marg else "minimum")
+    if not sad.is_fixed:
+        kind += " (not polished to a fixed point)"
+    return {
+        "kind": kind,
+        "risk": float(sad.risk),
+        "lead": float(lead.eigenvalue.real) if lead else np.nan,
+        "lead_se": se(lead) if lead else np.nan,
+        "n_unstable": int(n_uns),
+        "n_marginal": int(n_marg),
+        "max_z": float(sad.max_z),
+        "t": float(ds.t.values[t_index]),
+    }
