@@ -195,7 +195,8 @@ def test_reproduce_report_is_written_atomically(tmp_path, renames, monkeypatch):
     outcome = Outcome("E1", "title", configs={"run": {"train": {"T": 1}, "name": "é"}})
     with umask(0o022):
         report.write_report([outcome], tmp_path, "quick", 1.0)
-    written = {tmp_path / "index.md", tmp_path / "index.html", tmp_path / "configs/E1_run.json"}
+    written = {tmp_path / "index.md", tmp_path / "index.html", tmp_path / "outcomes.json",
+               tmp_path / "configs/E1_run.json"}  # fmt: skip
     assert set(renames) == written
     assert all(mode(p) == 0o644 for p in written)
     assert '"é"' in (tmp_path / "configs/E1_run.json").read_text(encoding="utf-8")

@@ -11,17 +11,13 @@ import tomllib
 import numpy as np
 import pytest
 
-from headspec.apps.experiments import e1, e2, experiments_dir, run_experiment
-
-# ~1 min each (JIT compiles of every run): with -m slow until the smoke scales need fewer
-# programs (two fresh-clone runs of the default suite crashed late with these in it)
-pytestmark = pytest.mark.slow
+from headspec.apps.experiments import e1, e2, experiments_dir
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory):
-    out = tmp_path_factory.mktemp("e1e2")
-    return {k: run_experiment(k, "smoke", out) for k in ("E1", "E2")}
+def outcomes(smoke_report):
+    """E1 and E2 of the session's smoke reproduction (tests/conftest.py)."""
+    return smoke_report[1]
 
 
 def _spec(name):

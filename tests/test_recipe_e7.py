@@ -6,12 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from headspec.apps.experiments import EXPERIMENT_FILES, RECIPES, e7, run_experiment
+from headspec.apps.experiments import EXPERIMENT_FILES, RECIPES, e7
 from headspec.dynamics import representation as rep
-
-# ~1 min each (JIT compiles of every run): with -m slow until the smoke scales need fewer
-# programs (two fresh-clone runs of the default suite crashed late with these in it)
-pytestmark = pytest.mark.slow
 
 S2 = np.sqrt(2.0)
 
@@ -135,8 +131,9 @@ def test_isotropic_latent_and_shape_verdicts():
 
 # ------------------------------------------------------------------- recipe end to end
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    return run_experiment("E7", "smoke", tmp_path_factory.mktemp("e7"))
+def smoke(smoke_report):
+    """E7 of the session's smoke reproduction (tests/conftest.py)."""
+    return smoke_report[1]["E7"]
 
 
 def test_registered():

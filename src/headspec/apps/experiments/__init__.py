@@ -6,11 +6,13 @@ config) and ``[scale.smoke]`` (tests) / ``[scale.quick]`` / ``[scale.full]`` ove
 (``e1.py`` … ``e7.py``, each a ``run(ctx)``) records on an :class:`Outcome`: claims with the
 measured number behind each (value, uncertainty, tolerance and why, whether it holds), figures
 with simulation and theory side by side, and every resolved config it ran. :func:`reproduce` runs
-them (runs resumable, on Dask at full scale), isolates failures, and writes ``report/index.md``
-and ``index.html``.
+them (runs resumable, on Dask at full scale), isolates failures, and writes ``report/index.md``,
+``index.html`` and ``outcomes.json``.
 
 Modules: ``base`` (Claim, Outcome, Context, Run, helpers), ``e1`` … ``e7`` (the recipes),
-``runner`` (recipe files, run one or all), ``report`` (Markdown report and its HTML rendering).
+``annealed`` (E3's and E4's "reaches R_B" with an annealed η), ``runner`` (recipe files, run one
+or all), ``report`` (Markdown report, its HTML rendering, ``outcomes.json`` and
+:func:`read_outcomes`).
 """
 
 from collections.abc import Callable
@@ -24,7 +26,7 @@ from headspec.apps.experiments.e4 import run as run_e4
 from headspec.apps.experiments.e5 import run as run_e5
 from headspec.apps.experiments.e6 import run as run_e6
 from headspec.apps.experiments.e7 import run as run_e7
-from headspec.apps.experiments.report import environment, to_html, write_report
+from headspec.apps.experiments.report import environment, read_outcomes, to_html, write_report
 from headspec.apps.experiments.runner import (
     EXPERIMENT_FILES,
     SCALES,
@@ -50,6 +52,7 @@ __all__ = [
     "Run",
     "environment",
     "experiments_dir",
+    "read_outcomes",
     "reproduce",
     "run_e1",
     "run_e2",

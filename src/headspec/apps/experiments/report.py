@@ -1,4 +1,6 @@
-"""The report of `headspec reproduce`: ``index.md``, and ``index.html`` rendered from it.
+"""The report of `headspec reproduce`: ``index.md``, ``index.html`` rendered from it, and
+``outcomes.json`` (every experiment's claims, verdicts, tolerances, tables and figure paths, for
+programs: :func:`read_outcomes` reads it back).
 
 The report is written once, in Markdown (claims table, per-experiment sections with figures and
 config links, environment); the HTML page is that Markdown rendered by markdown-it-py (CommonMark
@@ -14,7 +16,7 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 
-from headspec.apps.experiments.base import Outcome
+from headspec.apps.experiments.base import Claim, Outcome
 from headspec.conventions.io import write_json_atomic, write_text_atomic
 
 _CSS = (
@@ -56,10 +58,89 @@ def write_report(outcomes: list[Outcome], outdir: Path, scale: str, seconds: flo
     for o in outcomes:
         for name, c in o.configs.items():
             write_json_atomic(cfgdir / f"{o.id}_{name}.json", c)
-    md = markdown(outcomes, environment(), scale, seconds)
+    env = environment()
+    md = markdown(outcomes, env, scale, seconds)
+    write_json_atomic(outdir / OUTCOMES, outcomes_json(outcomes, outdir, env, scale, seconds))
     write_text_atomic(outdir / "index.md", md)
     write_text_atomic(outdir / "index.html", to_html(md))
     return outdir / "index.html"
+
+
+OUTCOMES = "outcomes.json"
+
+
+def _plain(x):
+    """A table cell as JSON: NumPy scalars as Python numbers, anything else as its text."""
+    if isinstance(x, (str, int, float, bool)) or x is None:
+        return x
+    if hasattr(x, "item"):  # NumPy scalar
+        return x.item()
+    return str(x)
+
+
+def outcomes_json(outcomes: list[Outcome], outdir: Path, env: dict, scale: str, seconds: float):
+    """The outcomes as plain JSON data; figure paths relative to ``outdir``, configs by name
+    (each is ``configs/<id>_<name>.json``)."""
+    import dataclasses
+
+    def rel(p: Path) -> str:
+        p = Path(p)
+        return p.relative_to(outdir).as_posix() if p.is_relative_to(outdir) else str(p)
+
+    return {
+        "scale": scale,
+        "seconds": seconds,
+        "environment": env,
+        "experiments": [
+            {
+                "id": o.id,
+                "title": o.title,
+                "seconds": o.seconds,
+                "error": o.error,
+                "claims": [dataclasses.asdict(c) for c in o.claims],
+                "figures": [rel(f) for f in o.figures],
+                "configs": sorted(o.configs),
+                "table_header": list(o.table_header) if o.table_header else None,
+                "table": [[_plain(v) for v in r] for r in o.table] if o.table else None,
+            }
+            for o in outcomes
+        ],
+    }
+
+
+def read_outcomes(folder: str | Path) -> list[Outcome]:
+    """The outcomes of the report in ``folder`` (its ``outcomes.json``), with absolute figure
+    paths and each config read from ``configs/``.
+
+    Example:
+        >>> import tempfile
+        >>> from headspec.apps.experiments.base import Claim, Outcome
+        >>> d = Path(tempfile.mkdtemp())
+        >>> o = Outcome("E9", "a title", claims=[Claim("c", "q", "1.0", True, tolerance="t")])
+        >>> _ = write_report([o], d, "smoke", 1.0)
+        >>> read_outcomes(d)[0].claims == o.claims
+        True
+    """
+    import json
+
+    folder = Path(folder)
+    data = json.loads((folder / OUTCOMES).read_text(encoding="utf-8"))
+    out = []
+    for e in data["experiments"]:
+        configs = {
+            n: json.loads((folder / "configs" / f"{e['id']}_{n}.json").read_text("utf-8"))
+            for n in e["configs"]
+        }
+        out.append(
+            Outcome(
+                e["id"], e["title"], claims=[Claim(**c) for c in e["claims"]],
+                figures=[folder / f for f in e["figures"]], configs=configs,
+                seconds=e["seconds"], error=e["error"],
+                table=[tuple(r) for r in e["table"]] if e["table"] is not None else None,
+                table_header=tuple(e["table_header"]) if e["table_header"] else None,
+            )
+        )  # fmt: skip
+    return out
 
 
 def markdown(outcomes: list[Outcome], env: dict, scale: str, seconds: float) -> str:

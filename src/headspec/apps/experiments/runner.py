@@ -19,6 +19,7 @@ from typing import Any
 
 from headspec.apps.experiments.base import Context, Outcome
 from headspec.apps.experiments.report import write_report
+from headspec.core.precision import float64_context
 
 EXPERIMENT_FILES = {
     "E1": "e1_two_phases.toml",
@@ -65,7 +66,8 @@ def run_experiment(
         with (folder / EXPERIMENT_FILES[exp_id]).open("rb") as f:
             spec = tomllib.load(f)
         ctx = Context(exp_id, spec, scale, outdir, client=client, log=log)
-        _recipe(exp_id)(ctx)
+        with float64_context():  # thread-local: each recipe thread of `reproduce` enters it
+            _recipe(exp_id)(ctx)
         out = ctx.outcome
     except Exception as e:  # reported in the report, never hidden
         out = Outcome(exp_id, exp_id, error=f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
@@ -95,8 +97,10 @@ def reproduce(
     Runs go to the Dask scheduler at ``scheduler`` (an address), else, at the quick and full
     scales, to a local cluster of ``workers`` single-threaded processes (default: one per core),
     so that the independent runs of a recipe use every core; they run in this process with one
-    core, with ``workers=1`` and at the smoke scale. Finished runs in ``outdir/data`` with the
-    same config are reused: an interrupted reproduction resumes."""
+    core, with ``workers=1`` and at the smoke scale unless ``workers`` is given (the tests run
+    every recipe's smoke scale on two workers: the runs' compiled programs then live and die in
+    the workers, not in the test process). Finished runs in ``outdir/data`` with the same config
+    are reused: an interrupted reproduction resumes."""
     from headspec.apps.sweep.cluster import available_cores, dask_client
 
     outdir = Path(outdir)
@@ -105,7 +109,7 @@ def reproduce(
     t0 = time.perf_counter()
     outcomes = []
     n = workers or available_cores()
-    use_dask = scheduler is not None or (scale in SCALES and n > 1)
+    use_dask = scheduler is not None or (n > 1 and (scale in SCALES or workers is not None))
     with (
         dask_client(scheduler, workers, security) if use_dask else contextlib.nullcontext()
     ) as client:
