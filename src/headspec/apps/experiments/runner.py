@@ -97,10 +97,8 @@ def reproduce(
     Runs go to the Dask scheduler at ``scheduler`` (an address), else, at the quick and full
     scales, to a local cluster of ``workers`` single-threaded processes (default: one per core),
     so that the independent runs of a recipe use every core; they run in this process with one
-    core, with ``workers=1`` and at the smoke scale unless ``workers`` is given (the tests run
-    every recipe's smoke scale on two workers: the runs' compiled programs then live and die in
-    the workers, not in the test process). Finished runs in ``outdir/data`` with the same config
-    are reused: an interrupted reproduction resumes."""
+    core, with ``workers=1`` and at the smoke scale. Finished runs in ``outdir/data`` with the
+    same config are reused: an interrupted reproduction resumes."""
     from headspec.apps.sweep.cluster import available_cores, dask_client
 
     outdir = Path(outdir)
@@ -109,7 +107,7 @@ def reproduce(
     t0 = time.perf_counter()
     outcomes = []
     n = workers or available_cores()
-    use_dask = scheduler is not None or (n > 1 and (scale in SCALES or workers is not None))
+    use_dask = scheduler is not None or (scale in SCALES and n > 1)
     with (
         dask_client(scheduler, workers, security) if use_dask else contextlib.nullcontext()
     ) as client:
