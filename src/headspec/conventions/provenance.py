@@ -1,4 +1,5 @@
-"""Provenance recorded next to every result: package version, git revision, platform."""
+"""Provenance recorded next to every result: package version, git revision, platform, and the
+CPU target XLA compiles for (bit-identical float results are only expected on the same one)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,43 @@ def git_revision() -> str:
         return "unknown"
 
 
+# CPU features that change the code XLA generates for a CPU (vector width, fused multiply-add):
+# two machines that differ in these may give float results that differ in the last bits.
+CODEGEN_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512dq",
+                 "avx512vl", "avx512_bf16", "avx512fp16", "amx_tile", "asimd", "sve")  # fmt: skip
+
+
+def cpu_target() -> str:
+    """The CPU that XLA compiles for, as one line: vendor, family/model and the code-generation
+    features of :data:`CODEGEN_FLAGS` that it has (from /proc/cpuinfo; ``platform.processor()``
+    elsewhere), plus XLA_FLAGS when set. Float results are bit-reproducible across runs on one
+    target; across targets they may differ in the last bits (vector width, FMA contraction).
+
+    Example:
+        >>> cpu_target().startswith(("cpu ", "unknown"))
+        True
+    """
+    info: dict[str, str] = {}
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            k, _, v = line.partition(":")
+            k = k.strip()
+            if k and k not in info:
+                info[k] = v.strip()
+    except OSError:
+        pass
+    flags = set((info.get("flags") or info.get("Features") or "").split())
+    vendor = info.get("vendor_id") or info.get("CPU implementer") or platform.processor()
+    family = info.get("cpu family") or info.get("CPU architecture") or ""
+    model = info.get("model") or info.get("CPU part") or ""
+    if not (vendor or family or model):
+        return "unknown " + platform.machine()
+    feats = " ".join(f for f in CODEGEN_FLAGS if f in flags)
+    out = f"cpu {platform.machine()} {vendor} family {family} model {model} [{feats}]"
+    xla = os.environ.get("XLA_FLAGS", "").strip()
+    return out + (f" XLA_FLAGS={xla}" if xla else "")
+
+
 def run_metadata() -> dict[str, str]:
     """Version, git revision and environment of this run, as plain strings (JSON-ready)."""
     import jax
@@ -46,6 +84,7 @@ def run_metadata() -> dict[str, str]:
         "jax_version": jax.__version__,
         "jax_backend": jax.default_backend(),
         "platform": platform.platform(),
+        "cpu_target": cpu_target(),
     }
 
 

@@ -1,0 +1,79 @@
+"""Counting XLA compilations: how many programs JAX compiles, and how long that takes.
+
+JAX compiles one XLA program per jitted function and per distinct set of static arguments and
+input shapes; a program compiled once is reused for every call with the same shapes. headspec
+keeps sizes that do not change a shape (D, T, η, schedule parameters, …) as traced values, so a
+second run with another D or η compiles nothing new; tests assert it with :class:`CompileCount`
+and ``benchmarks/bench_compiles.py`` reports the counts and compile times of the first steps.
+
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> f = jax.jit(lambda x, a: a * x)
+    >>> with CompileCount() as first:
+    ...     _ = f(jnp.ones(3), 2.0)
+    >>> with CompileCount() as second:
+    ...     _ = f(jnp.ones(3), 5.0)                 # same shapes, another value: no compile
+    >>> first.n >= 1, second.n
+    (True, 0)
+"""
+
+from __future__ import annotations
+
+import threading
+
+import jax
+
+_EVENT = "/jax/core/compile/backend_compile_duration"
+_lock = threading.Lock()
+_active: list[CompileCount] = []
+_registered = False
+
+
+_HIT = "/jax/compilation_cache/cache_hits"
+
+
+def _listener(event: str, duration: float, **kwargs) -> None:
+    if event != _EVENT:
+        return
+    with _lock:
+        for c in _active:
+            c.n += 1
+            c.seconds += duration
+
+
+def _hit_listener(event: str, **kwargs) -> None:
+    if event != _HIT:
+        return
+    with _lock:
+        for c in _active:
+            c.cache_hits += 1
+
+
+class CompileCount:
+    """Context manager: ``n`` XLA programs JAX needed inside the ``with`` block (all threads) —
+    compiled, or loaded from the persistent compilation cache (``cache_hits`` of them) — and
+    the ``seconds`` that took. A program already in memory costs nothing and is not counted."""
+
+    def __init__(self):
+        self.n = 0
+        self.cache_hits = 0
+        self.seconds = 0.0
+
+    @property
+    def compiled(self) -> int:
+        """Programs actually compiled (not read back from the persistent cache)."""
+        return self.n - self.cache_hits
+
+    def __enter__(self) -> CompileCount:
+        global _registered
+        with _lock:
+            if not _registered:
+                jax.monitoring.register_event_duration_secs_listener(_listener)
+                jax.monitoring.register_event_listener(_hit_listener)
+                _registered = True
+            _active.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        with _lock:
+            _active.remove(self)
