@@ -1,20 +1,66 @@
+"""Test session set-up: tiers, JAX's settings, one compilation cache for every process, and the
+smoke reproduction in a child process.
+
+Tiers (markers, assigned here by file; see README "Tests"):
+- ``unit``: in-process numerics on canonical tiny problems (tests/problems.py): ``pytest -m unit``;
+- ``integration``: the command line, docs, sweeps with one worker, reports, the smoke
+  reproduction — files in :data:`INTEGRATION`;
+- ``slow``: law tests, Dask clusters, packaging, scaling (marked in their files):
+  ``pytest -m slow``. The README's ``pytest`` runs unit + integration; .ci/run runs both commands.
+"""
+
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import jax
 import pytest
 
-# The CLI and the sweep workers keep JAX's compiled programs on disk; the tests do not: a test
-# process reading back an entry of that persistent cache crashed (segmentation fault in
-# jax/_src/compilation_cache.py) twice on 2026-11-30, once with the user's cache and once with a
-# fresh folder of the session's own, in doctests after the CLI tests. Under investigation; the
-# tests run without it (in-memory compilation caching is unaffected).
-os.environ.setdefault("HEADSPEC_JAX_CACHE", "off")
+from headspec.core.compiles import release_if_crowded
+
+# One persistent compilation cache for the session and every process it starts (command-line
+# subprocesses, the smoke reproduction, Dask workers): a program compiled by one of them is read
+# back by the others. JAX's cache is used with its file lock (headspec.conventions.provenance),
+# so processes never read each other's half-written entries. (Earlier crashes blamed on this
+# cache were processes running out of memory mappings: see release_if_crowded below.)
+if "HEADSPEC_JAX_CACHE" not in os.environ:
+    _CACHE = Path(tempfile.mkdtemp(prefix="headspec_test_jax_cache_"))
+    os.environ["HEADSPEC_JAX_CACHE"] = str(_CACHE)
+else:
+    _CACHE = None
+
+from headspec.conventions.provenance import enable_compilation_cache  # noqa: E402
+
+enable_compilation_cache()
 
 # The tests call low-level functions directly, outside headspec's float64 entry points: run the
 # whole test process in JAX's 64-bit mode (the test process's choice; headspec itself does not
 # change it — tests/test_reference.py checks that in a fresh process).
 jax.config.update("jax_enable_x64", True)
+
+# Files of the integration tier; every other test not marked slow is a unit test.
+INTEGRATION = {
+    "README.md", "test_cli.py", "test_cli_polish.py", "test_cli_simulate.py", "test_docs.py",
+    "test_experiments.py", "test_hardening.py", "test_hardening_files.py",
+    "test_hardening_guards.py", "test_hardening_io.py", "test_malformed.py", "test_packaging.py",
+    "test_recipe_e1_e2.py", "test_recipe_e3_e5.py", "test_recipe_e6.py", "test_recipe_e7.py",
+    "test_sweep.py",
+}  # fmt: skip
+
+
+def pytest_configure(config):
+    for name, text in (
+        ("unit", "in-process numerics on canonical tiny problems: `pytest -m unit`"),
+        ("integration", "command line, docs, sweeps with one worker, reports, smoke reproduction"),
+    ):
+        config.addinivalue_line("markers", f"{name}: {text}")
+
+
+def _tier(item) -> str:
+    if item.get_closest_marker("slow"):
+        return "slow"
+    return "integration" if Path(str(item.fspath)).name in INTEGRATION else "unit"
 
 
 @pytest.fixture
@@ -22,14 +68,13 @@ def key():
     return jax.random.key(12345)
 
 
-@pytest.fixture(autouse=True, scope="module")
+@pytest.fixture(autouse=True)
 def _release_compiled_programs():
-    """Drop JAX's compiled programs after each test module. One process compiling the whole
-    suite's programs (the recipe smoke tests add hundreds) died late in fresh-clone runs with a
-    segmentation fault inside XLA's compile or executable load — consistent with running out of
-    memory mappings for JIT code; released programs give theirs back."""
+    """Drop JAX's compiled programs when the process holds half the memory mappings the system
+    allows (each program keeps ~22; a session that compiles ~3000 programs would otherwise crash
+    inside XLA, as fresh-clone runs did late in 2026-11). Cheap when there is no pressure."""
     yield
-    jax.clear_caches()
+    release_if_crowded(0.5)
 
 
 # ------------------------------------------------ every recipe at its smoke scale, once
@@ -53,7 +98,19 @@ def _wants_smoke(items) -> bool:
     return any(SMOKE_FIXTURE in getattr(i, "fixturenames", ()) for i in items)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
+    """Mark each test with its tier, before ``-m`` selects among them."""
+    for item in items:
+        tier = _tier(item)
+        if tier != "slow":
+            item.add_marker(getattr(pytest.mark, tier))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session):
+    """Start the smoke reproduction if a selected test reads it; those tests run last."""
+    items = session.items
     if not _wants_smoke(items):
         return
     items.sort(key=lambda i: SMOKE_FIXTURE in getattr(i, "fixturenames", ()))  # stable: last
@@ -78,6 +135,8 @@ def pytest_sessionfinish(session, exitstatus):
     if proc is not None and proc.poll() is None:
         proc.kill()
         proc.wait()
+    if _CACHE is not None:
+        shutil.rmtree(_CACHE, ignore_errors=True)
     if "log" in _smoke:
         _smoke["log"].close()
         import shutil

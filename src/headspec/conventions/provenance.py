@@ -88,6 +88,9 @@ def run_metadata() -> dict[str, str]:
     }
 
 
+CACHE_MAX_BYTES = 2 * 2**30  # the persistent compilation cache's size bound (LRU eviction)
+
+
 def enable_compilation_cache() -> None:
     """Keep JAX's compiled programs on disk, so a repeated command skips most compile time.
 
@@ -102,6 +105,11 @@ def enable_compilation_cache() -> None:
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", folder)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+        # programs of ≥ 0.1 s: headspec's setup programs (random draws, 0.2–3 s each) too
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+        # a size bound turns on JAX's least-recently-used eviction, which also takes a file lock
+        # for every read and write: processes sharing the folder (the CLI, sweep workers, the
+        # test session's children) never see each other's half-written entries
+        jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
     except OSError:  # read-only home: run without the cache
         pass

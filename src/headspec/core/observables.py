@@ -47,13 +47,8 @@ class BaseSamples(eqx.Module):
     @classmethod
     @float64
     def draw(cls, key, law: LatentLaw, L: int, H: int, n: int, dtype=jnp.float64):
-        """Plain Monte-Carlo samples from ``key``."""
-        k1, k2, k3 = jax.random.split(key, 3)
-        return cls(
-            nu=jax.random.normal(k1, (n, L, law.F), dtype=dtype),  # (n, L, F)
-            xi=jax.random.normal(k2, (n, L, H), dtype=dtype),  # (n, L, H)
-            theta=law.sample(k3, (n,)).astype(dtype),  # (n, F)
-        )
+        """Plain Monte-Carlo samples from ``key`` (one compiled program per shape)."""
+        return _draw(key, law, int(L), int(H), int(n), jnp.dtype(dtype))
 
     @classmethod
     @float64
@@ -94,6 +89,16 @@ class BaseSamples(eqx.Module):
         return BaseSamples(
             nu=jnp.tile(self.nu, (H, 1, 1)), xi=xi, theta=jnp.tile(self.theta, (H, 1))
         )
+
+
+@eqx.filter_jit
+def _draw(key, law: LatentLaw, L: int, H: int, n: int, dtype) -> BaseSamples:
+    k1, k2, k3 = jax.random.split(key, 3)
+    return BaseSamples(
+        nu=jax.random.normal(k1, (n, L, law.F), dtype=dtype),  # (n, L, F)
+        xi=jax.random.normal(k2, (n, L, H), dtype=dtype),  # (n, L, H)
+        theta=law.sample(k3, (n,)).astype(dtype),  # (n, F)
+    )
 
 
 def token_projections(M: Array, S: Array, theta: Array, base: BaseSamples):

@@ -124,6 +124,18 @@ def _reduced_terms(x, sizes, G, F, activation, law, base, lr, lr_b, eta2):
     return law.expect(per_theta, base.theta)  # (n, p)
 
 
+def _residual_terms(x, args):
+    """Per-sample reduced drift (n, p) at packed x; ``args`` = (sizes, F, activation, law, base,
+    lr, lr_b, eta2)."""
+    sizes, F, activation, law, base, lr, lr_b, eta2 = args
+    return _reduced_terms(x, sizes, len(sizes), F, activation, law, base, lr, lr_b, eta2)
+
+
+def _mean_residual(x, args):
+    """The reduced drift at packed x: the least-squares residual (p,)."""
+    return _residual_terms(x, args).mean(0)
+
+
 def is_fixed(converged: bool, max_z: float) -> bool:
     """The one rule for a fixed point: the solver converged and |drift| ≤ 3 s.e. everywhere."""
     return bool(converged) and max_z <= 3.0
@@ -188,20 +200,19 @@ def find_fixed_point(
         raise ValueError(f"guess has {guess.M.shape[0]} head(s); sizes {sizes} need {G} or {H}")
     F = guess.M.shape[1]
     x0 = _pack(guess.M, _factor(guess), guess.b)
-
-    def terms(x):
-        return _reduced_terms(x, sizes, G, F, activation, law, base, lr, lr_b, eta2)
-
+    lr, lr_b = jnp.asarray(lr, jnp.float64), jnp.asarray(lr_b, jnp.float64)  # traced: any η
+    args = (sizes, F, activation, law, base, lr, lr_b, eta2)
     sol = optx.least_squares(
-        lambda x, _: terms(x).mean(0),
+        _mean_residual,  # module-level: identical solves reuse one compiled program
         optx.LevenbergMarquardt(rtol=rtol, atol=atol),
         x0,
+        args=args,
         max_steps=max_steps,
         throw=False,
     )
     M, W, b = _unpack(sol.value, G, F)
     red = OrderParameters(M, M @ M.T + W @ W.T, b)
-    mean, se = sample_mean_se(terms(sol.value))
+    mean, se = sample_mean_se(_residual_terms(sol.value, args))
     full = expand(red, sizes)
     r = population_risk(*full, activation, law, base_for_heads(base, H))
     return FixedPoint(

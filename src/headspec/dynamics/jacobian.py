@@ -122,6 +122,7 @@ def drift_jacobian(
     Jacobians, from which :func:`modes` gives each eigenvalue its standard error.
     """
     lr_b = lr if lr_b is None else lr_b
+    lr, lr_b = jnp.asarray(lr, jnp.float64), jnp.asarray(lr_b, jnp.float64)  # traced: any η
     M, Q, b = (jnp.asarray(x, jnp.float64) for x in state)
     H, F = M.shape
     S = psd_root(Q - M @ M.T)  # (H, H): only to draw λ; never differentiated

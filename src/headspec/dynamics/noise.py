@@ -160,7 +160,7 @@ def increment_moments(
     lr_b,
     factor=1.0,
     gram: FiniteGram | None = None,
-    resampled=0.0,
+    resampled=None,
     orbit: int = 1,
 ) -> IncrementMoments:
     """Mean and covariance root of one sample's increment ψ at ``state`` (learning rates times the
@@ -168,7 +168,7 @@ def increment_moments(
     the finite-D Gram part of every base sample (:func:`gram_rest`); None: D → ∞.
 
     ``resampled`` = D·dt for an engine that draws fresh Monte-Carlo base samples at every step
-    of size dt (0: fixed samples). Each step's estimate of the mean then carries sampling noise
+    of size dt (None: fixed samples). Each step's estimate of the mean then carries sampling noise
     of covariance V (the spread of the mean over redraws: the per-draw ψ averaged over the atoms
     and over the ``orbit`` head-cyclic copies of each draw, divided by the number of draws), and
     that noise is part of the step's SGD noise dt·C/D; the root returned is that of C − D·dt·V,
@@ -182,7 +182,7 @@ def increment_moments(
     Z = (psi - mean) * jnp.sqrt(w / n)[..., None]  # (A, n, d): Σ ZᵀZ = C
     Z = Z.reshape(A * n, d)
     C = Z.T @ Z  # (d, d)
-    if resampled:  # a Python number (D·dt), not traced
+    if resampled is not None:  # D·dt (may be traced)
         draws = jnp.einsum("a,and->nd", weights.astype(psi.dtype), psi)  # (n, d) atoms averaged
         draws = draws.reshape(orbit, n // orbit, d).mean(0)  # (n0, d) one row per draw
         n0 = draws.shape[0]

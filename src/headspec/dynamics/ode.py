@@ -238,6 +238,12 @@ def _segment(y, t0, t1, args, rtol, atol, max_steps):
     return jax.vmap(one)(y)
 
 
+@eqx.filter_jit
+def _observe(y, activation: Activation, law: LatentLaw, base: BaseSamples):
+    """The population risk of every seed's state (vmap over seeds)."""
+    return jax.vmap(lambda M, Q, b: population_risk(M, Q, b, activation, law, base))(*y)
+
+
 def _keep_alive(alive: Array, new, old):
     """Per seed: the new state where the seed is still alive, else the last good one."""
     return jax.tree.map(
@@ -271,11 +277,6 @@ def integrate(
     S = y0.M.shape[0]
     J = law.n_atoms
     args = (activation, law, drift_base, jnp.asarray(lr), jnp.asarray(lr_b), schedule)
-
-    @jax.jit
-    def observe(y):
-        return jax.vmap(lambda M, Q, b: population_risk(M, Q, b, activation, law, risk_base))(*y)
-
     y = y0
     fail_t = np.full(S, np.nan)
     alive = np.ones(S, bool)
@@ -293,7 +294,7 @@ def integrate(
             fail_t[newly] = ts[k - 1]
             alive &= ok
             y = _keep_alive(jnp.asarray(alive), y_new, y)
-        r = observe(y)
+        r = _observe(y, activation, law, risk_base)
         nanS = np.full(S, np.nan)
         obs.append(
             Observation(

@@ -39,9 +39,17 @@ import numpy as np
 from headspec.core.attention import Activation
 from headspec.core.latent import LatentLaw
 from headspec.core.observables import BaseSamples, Observation
-from headspec.core.precision import float64
+from headspec.core.precision import float64, float64_context
 
 Array = jax.Array
+
+
+def dimension(D) -> Array:
+    """The token dimension D as an int64 scalar array: a traced value in the jitted loops, so
+    runs at another D reuse the compiled programs (no shape of the reduced or diffusion engine
+    depends on D; the full engine reads its shapes from its arrays)."""
+    with float64_context():
+        return jnp.asarray(D, jnp.int64)
 
 
 class SGDState(NamedTuple):
@@ -60,15 +68,20 @@ class Engine(eqx.Module):
     law: LatentLaw
     activation: Activation
     L: int = eqx.field(static=True)
-    D: int = eqx.field(static=True)
+    D: Array = eqx.field(converter=dimension)  # () traced: another D compiles nothing new
     H: int = eqx.field(static=True)
     B: int = eqx.field(static=True)
     lr: Array  # () learning rates: traced, so a sweep over η compiles once
     lr_b: Array  # ()
-    schedule: Callable = eqx.field(static=True)  # hashable pure function of t: η(t)/η
+    schedule: Callable  # η(t)/η: a Schedule (traced parameters) or a hashable pure function
     frame_kind: str = eqx.field(static=True, default="random")  # K*: "random" | "canonical"
 
     name: ClassVar[str]
+
+    @property
+    def dim(self) -> int:
+        """D as a Python int, for shapes and checks outside jitted code."""
+        return int(self.D)
 
     @abc.abstractmethod
     def init(self, keys: dict[str, Array], sigma0: float, b0: float, dtype):

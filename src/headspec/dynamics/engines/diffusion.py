@@ -149,7 +149,7 @@ class DiffusionEngine(Engine):
             b = self._fresh_base(sample_key, t) if self.resample else base
             return increment_moments(
                 st, act, law, b, lr, lr_b, self.schedule(t), self.gram,
-                resampled=self.D * self.dt if self.resample else 0.0, orbit=self.orbit,
+                resampled=self.D * self.dt if self.resample else None, orbit=self.orbit,
             )  # fmt: skip
 
         sample_key = jax.random.fold_in(key, 0x7273)  # "rs": the seed's fresh samples

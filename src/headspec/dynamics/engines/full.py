@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from typing import ClassVar, NamedTuple
 
 import equinox as eqx
@@ -40,8 +41,13 @@ Array = jax.Array
 
 def seed_keys(seed_ids) -> dict[str, Array]:
     """Per-seed keys: frame, init, train, test (each of shape (S,)), split from key(seed)."""
-    ks = jax.vmap(lambda s: jax.random.split(jax.random.key(s), 4))(jnp.asarray(seed_ids))
+    ks = _split_seeds(jnp.asarray(seed_ids))  # (S, 4)
     return {"frame": ks[:, 0], "init": ks[:, 1], "train": ks[:, 2], "test": ks[:, 3]}
+
+
+@jax.jit
+def _split_seeds(seed_ids):
+    return jax.vmap(lambda s: jax.random.split(jax.random.key(s), 4))(seed_ids)  # (S, 4)
 
 
 class HeldOutSet(NamedTuple):
@@ -53,6 +59,11 @@ class HeldOutSet(NamedTuple):
 @float64
 def make_test_set(keys: Array, law: LatentLaw, U: Array, L: int, n: int) -> HeldOutSet:
     """n held-out sequences per seed, with the frame U (S, D, F) of each seed."""
+    return _make_test_set(keys, law, U, int(L), int(n))
+
+
+@eqx.filter_jit
+def _make_test_set(keys: Array, law: LatentLaw, U: Array, L: int, n: int) -> HeldOutSet:
 
     def one(key, U):
         bt = sample_batch(key, Task(law, U, L), n)
@@ -67,6 +78,17 @@ def default_n_test(seeds: int, L: int, D: int, itemsize: int, budget=256 * 2**20
     return int(min(256, budget // (seeds * L * D * itemsize)))
 
 
+@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5))
+def _full_init(frame_keys, init_keys, F: int, H: int, D: int, frame_kind: str, sigma0, b0):
+    """Frames U (S, D, F), keys K ~ N(0, σ0² I_D) (S, H, D), biases b0 (S, H): one program."""
+    dtype = sigma0.dtype
+    U = jax.vmap(lambda k: make_frame(k, D, F, frame_kind, dtype))(frame_keys)  # (S, D, F)
+    K = sigma0 * jax.vmap(lambda k: jax.random.normal(k, (H, D), dtype))(init_keys)  # (S, H, D)
+    S = K.shape[0]
+    b = jnp.full((S, H), b0, dtype)  # (S, H)
+    return SGDState(U, K, b, jnp.full((S,), -1, jnp.int64))
+
+
 class FullEngine(SGDEngine):
     """Keys (H, D) and tokens (B, L, D) in the full D-dimensional space."""
 
@@ -74,15 +96,9 @@ class FullEngine(SGDEngine):
 
     @float64
     def init(self, keys, sigma0, b0, dtype):
-        U = jax.vmap(lambda k: make_frame(k, self.D, self.law.F, self.frame_kind, dtype))(
-            keys["frame"]
-        )  # (S, D, F)
-        K = sigma0 * jax.vmap(lambda k: jax.random.normal(k, (self.H, self.D), dtype))(
-            keys["init"]
-        )  # (S, H, D)
-        S = K.shape[0]
-        b = jnp.full((S, self.H), b0, dtype)  # (S, H)
-        return SGDState(U, K, b, jnp.full((S,), -1, jnp.int64))
+        sigma0, b0 = jnp.asarray(sigma0, dtype), jnp.asarray(b0, dtype)
+        F, H = self.law.F, self.H
+        return _full_init(keys["frame"], keys["init"], F, H, self.dim, self.frame_kind, sigma0, b0)
 
     def loss(self, K: Array, b: Array, X: Array, y: Array) -> Array:
         """Σ over the batch of the exact loss |ŷ − y|²/(2D); X (B, L, D), y (B, D)."""
@@ -102,7 +118,7 @@ class FullEngine(SGDEngine):
     def test_set(self, keys, state, n):
         S = state.keys.shape[0]
         if n is None:
-            n = default_n_test(S, self.L, self.D, jnp.dtype(state.keys.dtype).itemsize)
+            n = default_n_test(S, self.L, self.dim, jnp.dtype(state.keys.dtype).itemsize)
         return (make_test_set(keys, self.law, state.frame, self.L, n) if n >= 2 else None), n
 
     @float64

@@ -30,6 +30,7 @@ O((s + BL)²·H), whatever D. It needs D − s ≥ B·L.
 
 from __future__ import annotations
 
+import functools
 from typing import ClassVar, NamedTuple
 
 import equinox as eqx
@@ -57,6 +58,25 @@ class StepRandoms(NamedTuple):
     theta: Array  # (B, F) latents
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _reduced_init(init_keys, F: int, H: int, D, sigma0, b0) -> SGDState:
+    """Every seed's initial coordinates (one program for every D, σ0, b0): frame (S, F, F + H),
+    keys (S, H, F + H), biases (S, H)."""
+    dtype = sigma0.dtype
+
+    def one(key):
+        k1, k2 = jax.random.split(key)
+        G = jax.random.normal(k1, (H, F), dtype=dtype)  # components along u_1..u_F
+        T = bartlett(k2, D - F, H, dtype)  # orthogonal parts, in H fresh directions
+        C = sigma0 * jnp.concatenate([G, T], axis=1)  # (H, F + H)
+        Cs = jnp.eye(F, F + H, dtype=dtype)  # (F, F + H)
+        return Cs, C
+
+    Cs, C = jax.vmap(one)(init_keys)
+    S = C.shape[0]
+    return SGDState(Cs, C, jnp.full((S, H), b0, dtype), jnp.full((S,), -1, jnp.int64))
+
+
 class ReducedEngine(SGDEngine):
     """Keys and feature directions as coordinates in an orthonormal basis of span(K*, K).
 
@@ -79,19 +99,8 @@ class ReducedEngine(SGDEngine):
     @float64
     def init(self, keys, sigma0, b0, dtype):
         """Exact law of the full engine's initial keys k_h ~ N(0, σ0² I_D), in coordinates."""
-        F, H, D = self.law.F, self.H, self.D
-
-        def one(key):
-            k1, k2 = jax.random.split(key)
-            G = jax.random.normal(k1, (H, F), dtype=dtype)  # components along u_1..u_F
-            T = bartlett(k2, D - F, H, dtype)  # orthogonal parts, in H fresh directions
-            C = sigma0 * jnp.concatenate([G, T], axis=1)  # (H, F + H)
-            Cs = jnp.eye(F, F + H, dtype=dtype)  # (F, F + H)
-            return Cs, C
-
-        Cs, C = jax.vmap(one)(keys["init"])
-        S = C.shape[0]
-        return SGDState(Cs, C, jnp.full((S, H), b0, dtype), jnp.full((S,), -1, jnp.int64))
+        return _reduced_init(keys["init"], self.law.F, self.H, self.D,
+                             jnp.asarray(sigma0, dtype), jnp.asarray(b0, dtype))  # fmt: skip
 
     def randoms(self, key, frame) -> StepRandoms:
         """The random numbers of one step (the block of one step: see :meth:`randoms_block`)."""
