@@ -50,7 +50,11 @@ Example:
     >>> r = exact_risk(M, Q, b, Softmax(), Spike([2.0]), L=10)
     >>> round(float(r.mean), 4)      # one softmax head on the spike is Bayes-optimal
     0.2234
-    >>> g = jax.grad(lambda Q: exact_risk(M, Q, b, Softmax(), Spike([2.0]), L=10).mean)(Q)
+    >>> from headspec.core.precision import float64_context
+    >>> with float64_context():      # gradients of any order, here at a singular Q (two heads)
+    ...     M2, Q2 = jnp.array([[2.0], [2.0]]), jnp.full((2, 2), 4.0)
+    ...     R = lambda Q: exact_risk(M2, Q, jnp.zeros(2), Softmax(), Spike([2.0]), L=10).mean
+    ...     g = jax.grad(R)(Q2)
     >>> bool(jnp.isfinite(g).all())
     True
 """
@@ -364,8 +368,6 @@ def _hidden(M: Array, Q: Array, b: Array, law: LatentLaw):
         mean = (M @ law.mu + b)[None]  # (1, H)
         cov = (Q + M @ law.sigma @ M.T)[None]  # (1, H, H)
         return mean, cov, jnp.ones(1, M.dtype), False
-    if not law.n_atoms:
-        raise TypeError(f"exact_risk needs a discrete or Gaussian law, got {type(law).__name__}")
     atoms = law.atoms.astype(M.dtype)  # (J, F)
     mean = atoms @ M.T + b[None, :]  # (J, H)
     cov = jnp.broadcast_to(Q, (atoms.shape[0], H, H))  # (J, H, H)
@@ -566,6 +568,21 @@ def _bayes_risk(M, Q, b, law, L, c, quad):
 
 
 # ----------------------------------------------------------------------------------- the API
+@eqx.filter_jit
+def _exact_risk(M, Q, b, activation: Activation, law: LatentLaw, L: int, quad: Quadrature):
+    H = M.shape[0]
+    c = 1.0 / H if activation.aggregation == "mean" else 1.0
+    if isinstance(activation, BayesSoftmax) and H > 1:
+        per = _bayes_risk(M, Q, b, law, L, c, quad)
+    elif isinstance(activation, BayesSoftmax):  # one head: a softmax head
+        per = _per_head_risk(M, Q, b, law, L, 0.0, c, quad)
+    else:
+        kappa = 1.0 if isinstance(activation, Softmax1) else 0.0
+        per = _per_head_risk(M, Q, b, law, L, kappa, c, quad)
+    _, _, weights, atoms = _hidden(M, Q, b, law)
+    return ExactRisk(weights @ per, per if atoms else jnp.zeros((0,), per.dtype))
+
+
 @float64
 def exact_risk(
     M: Array,
@@ -578,26 +595,18 @@ def exact_risk(
 ) -> ExactRisk:
     """The D → ∞ population risk R(M, Q, b) of SPEC §4 by deterministic quadrature.
 
-    M (H, F), Q (H, H) (PSD, singular allowed; entries treated as independent), b (H,). Traceable
-    and differentiable (``jax.grad``, ``jax.jacfwd``, any order) in M, Q, b; compiled once per
-    shapes, activation, law family and ``quad``. ``by_atom`` is R given θ = a_j for discrete laws.
+    M (H, F), Q (H, H) (PSD, singular allowed; entries treated as independent), b (H,); L ≥ 2
+    tokens. Jitted (one compilation per shapes, activation, law family, L and ``quad``) and
+    differentiable in M, Q, b by ``jax.grad``/``jax.jacfwd`` to any order. ``by_atom`` is R given
+    θ = a_j for discrete laws (empty for a Gaussian law).
     """
+    if L < 2:
+        raise ValueError(f"L must be ≥ 2, got {L}")
+    if not isinstance(activation, Softmax | Softmax1 | BayesSoftmax):
+        raise TypeError(f"no exact risk for activation {type(activation).__name__}")
+    if not (isinstance(law, Gaussian) or law.n_atoms):
+        raise TypeError(f"exact_risk needs a discrete or Gaussian law, got {type(law).__name__}")
     M = jnp.asarray(M, jnp.float64)
     Q = jnp.asarray(Q, jnp.float64)
     b = jnp.asarray(b, jnp.float64).reshape(M.shape[0])
-    if L < 2:
-        raise ValueError(f"L must be ≥ 2, got {L}")
-    H = M.shape[0]
-    c = 1.0 / H if activation.aggregation == "mean" else 1.0
-    if isinstance(activation, BayesSoftmax) and H > 1:
-        per = _bayes_risk(M, Q, b, law, L, c, quad)
-    elif isinstance(activation, BayesSoftmax):  # one head: a softmax head
-        per = _per_head_risk(M, Q, b, law, L, 0.0, c, quad)
-    elif isinstance(activation, Softmax | Softmax1):
-        kappa = 1.0 if isinstance(activation, Softmax1) else 0.0
-        per = _per_head_risk(M, Q, b, law, L, kappa, c, quad)
-    else:
-        raise TypeError(f"no exact risk for activation {type(activation).__name__}")
-    _, _, weights, atoms = _hidden(M, Q, b, law)
-    mean = weights @ per
-    return ExactRisk(mean, per if atoms else jnp.zeros((0,), per.dtype))
+    return _exact_risk(M, Q, b, activation, law, int(L), quad)
