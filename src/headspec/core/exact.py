@@ -19,7 +19,8 @@ and for softmax (κ = 0) or softmax-1 (κ = 1), with c = 1/H ("mean") or 1 ("sum
     R = ½c² Σ_hh' [E A_h0 A_h'0 + (L−1) E A_h1 A_h'1] − c Σ_h E A_h0 + ½.
 
 Bayes-softmax is one softmax over tokens of the scores y_l = log Σ_h e^{s_hl}: the same formulas
-with H = 1 and token factors E g_a(w + logsumexp(s)) over s ~ N(m, C) in R^H.
+with H = 1 and token factors E g_a(w + y) over s ~ N(m, C) in R^H. The Bayes risk of a discrete
+law is the risk of its constructed Bayes-softmax (SPEC §6), hence exact with the same code.
 
 Quadrature (all node counts static, all ranges and spacings chosen from the state under
 ``stop_gradient``, so one compiled program serves every state of the same shapes):
@@ -28,13 +29,18 @@ Quadrature (all node counts static, all ranges and spacings chosen from the stat
   tail (the integrand decays like e^{rw} there, r = 1 for 1/Z and 2 for 1/Z²: the grid's first
   weight sums that geometric tail, (h/2)coth(rh/2)) up to where the noise tokens' factors vanish.
 - one score: the trapezoid rule on m ± ``window``·σ (normalised Gaussian weights);
-- a pair of heads: s_h' given s_h is N(μ(s_h), τ²). Where τ is resolved by the grid of s_h'
-  (τ ≥ ``resolve``·spacing) the pair rule is the tensor grid with weights p(s_h)·p(s_h'|s_h), so
-  F_ab = G_a P G_bᵀ is two matrix products; for nearly identical heads (small τ, singular C
-  included) an inner ``n_inner``-node rule in z, s_h' = μ(s_h) + τz, replaces the second grid.
-  The head with the larger variance is the outer one. Cost: O(n_w² n_s) per pair and token.
-- Bayes-softmax: a tensor grid of ``n_bayes`` nodes per principal direction of C in all H
-  directions (n_bayes^H nodes: fine up to H ≈ 3–4; the cost grows exponentially in H).
+- a pair of heads: s_h' given s_h is N(μ(s_h), τ²); the head with the larger variance is the
+  outer one. Where τ is resolved by the grid of s_h' (τ ≥ ``resolve``·spacing) the pair rule is
+  the tensor grid with weights p(s_h)·p(s_h'|s_h), so F_ab = G_a P G_bᵀ is two matrix products.
+  For nearly identical heads (small τ, singular C included) the inner expectation is the
+  blurred kernel G_b(y) = E_z g_b(y + τz), tabulated once (an inner trapezoid in z for τ < 0.95,
+  a convolution in x beyond) and read by its Taylor series of order 7 about the nearest node.
+  Cost: O(n_w² n_s + n_w n_s²) per pair of heads and token law, sequentially over them.
+- Bayes-softmax: the token factors expand into the multi-head moments E Π_h g_{a_h}(w + s_h),
+  computed along s_h = m_h + Σ_{k≤h} L_hk z_k (a Cholesky factor that tolerates singular C):
+  heads 1..H−1 on ``n_bayes``-node grids, the last through its blurred kernel. The cost grows
+  like n_w · n_bayes^{H−1} · A^H (A = 3, 5 with a gradient, 7 with a Hessian): fine for H ≤ 3,
+  heavy at H = 4 (lower ``n_bayes``), out of reach beyond; see :func:`exact_risk`.
 
 Derivatives: every Gaussian expectation has a ``jax.custom_jvp`` by Price's theorem,
 dE f = E[∇f]·dm + ½ tr(dC E[∇²f]), evaluated by the same rule (g_a' = a g_a − g_{a+1}, so the
@@ -85,14 +91,18 @@ EPS_TAIL = 1e-12  # the mass left out by the grids' upper ends
 class Quadrature(eqx.Module):
     """Node counts and tolerances of :func:`exact_risk` (all static: one compilation each).
 
-    Defaults give |ΔR| ≲ 1e-9 and |Δ∇R| ≲ 1e-7 at the states of E1 (σ = √Q_hh up to ≈ 3.5);
-    the error grows where √Q_hh·2·window/n_s exceeds ≈ 0.7 or the w-range/n_w ≈ 0.7.
+    The accuracy is set by the score grids' spacing 2·window·√Q_hh/(n_s − 1): below ≈ 0.5 the
+    risk and its gradient converge to ≲ 1e-9 (measured at E1's states, benchmarks/
+    bench_exact.py); above it the error grows fast (4e-6 in ∇R at 0.62). The defaults keep
+    √Q_hh ≤ 5.6 (Q_hh ≤ 32) below that spacing; for larger keys raise n_s ≈ 28·√Q_hh (the cost
+    grows linearly in n_s). n_w sets the log-u grids (48: ∇R to ≈ 3e-9 on E1's common phase,
+    64: to 1e-12, at 1.4× the cost).
     """
 
-    n_w: int = eqx.field(static=True, default=64)  # log-u nodes per head
-    n_s: int = eqx.field(static=True, default=64)  # nodes per score (outer and pair grids)
-    n_inner: int = eqx.field(static=True, default=64)  # inner nodes of nearly identical pairs
-    n_table: int = eqx.field(static=True, default=512)  # their table of blurred kernels
+    n_w: int = eqx.field(static=True, default=48)  # log-u nodes per head (softmax, softmax-1)
+    n_s: int = eqx.field(static=True, default=160)  # nodes per score grid
+    n_inner: int = eqx.field(static=True, default=64)  # inner nodes of the blurred-kernel tables
+    n_table: int = eqx.field(static=True, default=512)  # nodes of those tables
     n_bayes: int = eqx.field(static=True, default=64)  # nodes per head but one (Bayes-softmax)
     n_w_bayes: int = eqx.field(static=True, default=128)  # log-u nodes (Bayes-softmax)
     window: float = eqx.field(static=True, default=7.0)  # score grids: m ± window·σ
@@ -596,9 +606,14 @@ def exact_risk(
     """The D → ∞ population risk R(M, Q, b) of SPEC §4 by deterministic quadrature.
 
     M (H, F), Q (H, H) (PSD, singular allowed; entries treated as independent), b (H,); L ≥ 2
-    tokens. Jitted (one compilation per shapes, activation, law family, L and ``quad``) and
-    differentiable in M, Q, b by ``jax.grad``/``jax.jacfwd`` to any order. ``by_atom`` is R given
-    θ = a_j for discrete laws (empty for a Gaussian law).
+    tokens; a discrete (spike, flipped spike) or Gaussian law; softmax, softmax-1 or
+    Bayes-softmax with either aggregation. Jitted (one compilation per shapes, activation, law
+    family, L and ``quad``) and differentiable in M, Q, b by ``jax.grad``/``jax.jacfwd`` to any
+    order. ``by_atom`` is R given θ = a_j for discrete laws (empty for a Gaussian law).
+
+    Bayes-softmax with H ≥ 2 heads costs n_w_bayes · n_bayes^{H−1} · 25 numbers per token law with
+    a gradient; beyond 5e7 it is refused (H = 4: pass ``Quadrature(n_bayes=24)``, accurate only
+    while 14·√Q_hh/23 ≲ 0.5).
     """
     if L < 2:
         raise ValueError(f"L must be ≥ 2, got {L}")
@@ -606,6 +621,13 @@ def exact_risk(
         raise TypeError(f"no exact risk for activation {type(activation).__name__}")
     if not (isinstance(law, Gaussian) or law.n_atoms):
         raise TypeError(f"exact_risk needs a discrete or Gaussian law, got {type(law).__name__}")
+    H = np.shape(M)[0]
+    work = quad.n_w_bayes * quad.n_bayes ** (H - 1) * 25
+    if isinstance(activation, BayesSoftmax) and H > 1 and work > 5e7:
+        raise ValueError(
+            f"Bayes-softmax with H = {H} heads would need {work:.2g} numbers per token law "
+            f"(n_w_bayes·n_bayes^(H−1)·25); pass Quadrature(n_bayes=…) with fewer nodes"
+        )
     M = jnp.asarray(M, jnp.float64)
     Q = jnp.asarray(Q, jnp.float64)
     b = jnp.asarray(b, jnp.float64).reshape(M.shape[0])
