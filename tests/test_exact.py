@@ -123,6 +123,14 @@ def test_constructed_bayes_softmax_is_bayes_optimal():
     exact = float(exact_risk(heads.M, heads.Q, heads.b, heads.activation, law, 10).mean)
     est = bayes_risk(jax.random.key(3), law, 10, n=2**18)
     assert abs(exact - est.mean) <= 3 * est.se, (exact, est)
+    # an optimum: the η-linear drift of SPEC §5 vanishes there (Q = MMᵀ singular, ∇R ≠ 0)
+    R = lambda *x: exact_risk(*x, heads.activation, law, 10).mean  # noqa: E731
+    RM, RQ, Rb = jax.grad(R, (0, 1, 2))(heads.M, heads.Q, heads.b)
+    G = RQ + RQ.T
+    X = RM @ heads.M.T + G @ heads.Q
+    assert float(jnp.abs(RM).max()) > 0.01
+    for d in (RM + G @ heads.M, X + X.T, Rb):
+        assert float(jnp.abs(d).max()) < 1e-10
 
 
 # ------------------------------------------------------------------------ fast: the gradient
