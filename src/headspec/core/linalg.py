@@ -36,6 +36,23 @@ def psd_root(S: Array, rtol: float = 1e-12) -> Array:
     return _sym_sqrt(S, rtol)
 
 
+def principal_root(S: Array, rtol: float = 1e-12) -> Array:
+    """A root C (C Cᵀ = S) of a symmetric PSD S whose columns are its principal axes √λ_k v_k,
+    by decreasing eigenvalue λ_k (clipped to 0 below ``rtol · max(1, λ_max)``, as
+    :func:`psd_root`), each column's sign fixed so that its entries sum to ≥ 0.
+
+    For quasi-Monte Carlo: with s = m + C z the first coordinates of z carry most of the
+    variance. Its derivative is that of ``eigh``: infinite where eigenvalues coincide.
+    """
+    S = 0.5 * (S + S.T)
+    if S.shape[0] == 0:
+        return S
+    w, V = _clipped_eigh(S, rtol)  # ascending
+    C = (V * jnp.sqrt(w)[None, :])[:, ::-1]  # (n, n), decreasing variance
+    sign = jnp.where(jnp.sum(C, axis=0) < 0, -1.0, 1.0)  # (n,)
+    return C * sign[None, :]
+
+
 @jax.custom_batching.sequential_vmap
 def _eigh(S):
     """``jnp.linalg.eigh``, batched by a loop (one matrix per LAPACK call) under ``vmap``.
