@@ -30,7 +30,7 @@ if "HEADSPEC_JAX_CACHE" not in os.environ:
 else:
     _CACHE = None
 
-from headspec.conventions.provenance import enable_compilation_cache  # noqa: E402
+from headspec.conventions.provenance import enable_compilation_cache
 
 enable_compilation_cache()
 
@@ -139,8 +139,6 @@ def pytest_sessionfinish(session, exitstatus):
         shutil.rmtree(_CACHE, ignore_errors=True)
     if "log" in _smoke:
         _smoke["log"].close()
-        import shutil
-
         if exitstatus == 0:
             shutil.rmtree(_smoke["folder"], ignore_errors=True)
             Path(_smoke["log"].name).unlink(missing_ok=True)
