@@ -170,7 +170,11 @@ def initial_state(cfg) -> InitialState:
     if init.kind == "symmetric":
         return Symmetric(sigma0=model.sigma0, b0=b0)
     if init.kind == "given":
-        b = jnp.full((model.H,), b0) if init.b is None else jnp.asarray(init.b, jnp.float64)
+        b = (
+            jnp.full((model.H,), b0, jnp.float64)
+            if init.b is None
+            else jnp.asarray(init.b, jnp.float64)
+        )
         M, Q = jnp.asarray(init.M, jnp.float64), jnp.asarray(init.Q, jnp.float64)
         return Given(M[None], Q[None], b[None], ids=np.array([cfg.seed]))
     from headspec.conventions.results import simulation_states
