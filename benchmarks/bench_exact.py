@@ -17,8 +17,8 @@ drift), and the wall time per call of ``jax.jit(jax.value_and_grad(exact_risk))`
 the same run as today's Monte-Carlo ``population_risk`` at n = 8192: its value, its value +
 gradient by ``jax.jacfwd`` (the gradient that works today: reverse mode fails in ``psd_root``'s
 JVP), and, for scale, value + reverse-mode gradient with a Cholesky root of Q − MMᵀ + 1e-10 I;
-and the η-linear drift as the ODE estimates it today (``ode._mean_terms``: E[g νᵀ], E[g λᵀ],
-E[g] at n = 8192).
+and the η-linear drift as the sampled method estimates it (``problem.expect_terms`` with
+``mean_terms``: E[g νᵀ], E[g λᵀ], E[g] at n = 8192).
 Timings are medians of ``reps`` calls, interleaved.
 """
 
@@ -36,7 +36,7 @@ from headspec.core.attention import Softmax, loss_projected
 from headspec.core.exact import Quadrature, exact_risk
 from headspec.core.latent import Discrete
 from headspec.core.observables import BaseSamples, population_risk, token_projections
-from headspec.dynamics.ode import OrderParameters, _mean_terms
+from headspec.dynamics.problem import OrderParameters, expect_terms, mean_terms
 
 jax.config.update("jax_enable_x64", True)  # as inside headspec's entry points
 
@@ -85,7 +85,9 @@ def mc_functions():
         return losses.mean()
 
     def ode_drift(M, Q, b, base):  # today's η-linear drift estimate, flat like drift()
-        g_nu, g_lam, _, g_sum = _mean_terms(OrderParameters(M, Q, b), ACT, LAW, base)
+        st = OrderParameters(M, Q, b)
+        t = expect_terms(st, ACT, LAW, base, mean_terms)
+        g_nu, g_lam, g_sum = t.g_nu, t.g_lam, t.g_sum
         return jnp.concatenate([-g_nu.ravel(), -(g_lam + g_lam.T).ravel(), -g_sum.ravel()])
 
     return {

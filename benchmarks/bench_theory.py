@@ -23,7 +23,7 @@ from headspec.conventions.runs import simulate, solve
 from headspec.core.attention import Softmax
 from headspec.core.latent import Discrete
 from headspec.core.observables import BaseSamples
-from headspec.dynamics.ode import OrderParameters, vector_field
+from headspec.dynamics.ode import DriftProblem, OrderParameters
 
 jax.config.update("jax_enable_x64", True)  # as inside headspec's entry points
 
@@ -34,7 +34,7 @@ def drift_cost(n, H, L, reps=20):
     law = Discrete([[2.0, 0.0], [0.0, 2.0]], [0.6, 0.4])
     base = BaseSamples.draw(jax.random.key(0), law, L, H, n)
     st = OrderParameters(0.1 * jnp.ones((H, 2)), 0.5 * jnp.eye(H) + 0.02, jnp.zeros(H))
-    f = eqx.filter_jit(lambda st, base: vector_field(st, Softmax(), law, base, 1.0, 1.0))
+    f = eqx.filter_jit(lambda st, base: DriftProblem.sampled(Softmax(), law, base).field_at(st))
     jax.block_until_ready(f(st, base))
     t0 = time.perf_counter()
     for _ in range(reps):

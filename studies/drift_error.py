@@ -24,7 +24,7 @@ import headspec as hs
 from headspec.conventions import build, runs
 from headspec.core.observables import BaseSamples
 from headspec.dynamics.noise import increment_moments
-from headspec.dynamics.ode import OrderParameters
+from headspec.dynamics.ode import DriftProblem, OrderParameters
 
 OUT = Path(__file__).resolve().parent / "out"
 LAW = "task.latent={kind='discrete', atoms=[[2.5, 0.0], [0.0, 2.5]], probs=[0.6, 0.4]}"
@@ -42,7 +42,8 @@ def main() -> dict:
         law, act, H = cfg.task.latent.build(), build.activation(cfg.model), cfg.model.H
 
         def drift(base, X=X, act=act, law=law):
-            return np.asarray(increment_moments(X, act, law, base, 3.0, 3.0).mean)  # (d,)
+            problem = DriftProblem.sampled(act, law, base, 3.0)
+            return np.asarray(increment_moments(X, problem).mean)  # (d,)
 
         ref = drift(BaseSamples.sobol(99, law, L, H, 2**19))
         row = {"abs_drift": np.abs(ref).tolist(), "Q": st.Q.values.tolist()}

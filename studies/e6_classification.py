@@ -61,7 +61,7 @@ from headspec.core.schedules import Constant  # noqa: E402
 from headspec.dynamics.analysis import best_atom  # noqa: E402
 from headspec.dynamics.fixed_points import find_fixed_point  # noqa: E402
 from headspec.dynamics.jacobian import drift_jacobian, modes  # noqa: E402
-from headspec.dynamics.ode import OrderParameters, integrate  # noqa: E402
+from headspec.dynamics.ode import DriftProblem, OrderParameters, integrate  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
 A = 2.5
@@ -256,8 +256,8 @@ def escape(fp_state, mode, act, law, law_name, base, risk_base, rate: float, eta
              for s in y]  # fmt: skip
     y0 = OrderParameters(*(jnp.stack([getattr(s, k) for s in y]) for k in ("M", "Q", "b")))
     t0 = time.time()
-    obs, fail_t, _steps = integrate(y0, ts, act, law, base, risk_base, LR, LR, Constant(),
-                                   1e-6, 1e-8)  # fmt: skip
+    problem = DriftProblem.sampled(act, law, base, LR)
+    obs, fail_t, _steps = integrate(y0, ts, problem, risk_base, Constant(), 1e-6, 1e-8)
     atoms = np.asarray(law.atoms)
     out = []
     for s in range(2):
@@ -298,7 +298,7 @@ def classify_case(act_name, law_name, split, eta2, bases, jac_fns) -> dict:
         sizes = SPLITS[split]
         guesses = [(sc, guess_state(law_name, sizes, sc, act_name)) for sc in SCALES]
     for sc, guess in guesses:
-        fp = find_fixed_point(guess, sizes, act, law, base, lr=LR, eta2=eta2)
+        fp = find_fixed_point(guess, sizes, DriftProblem.sampled(act, law, base, LR, eta2=eta2))
         got = split_of(fp.state.M, fp.state.Q, atoms)
         rec = {
             "guess_scale": sc,
@@ -377,8 +377,8 @@ def make_jacobian(act_name, law_name, eta2, bases):
 
     @jax.jit
     def jac(M, Q, b):
-        return drift_jacobian(OrderParameters(M, Q, b), act, law, base, lr=LR, eta2=eta2,
-                              keep_samples=True)  # fmt: skip
+        problem = DriftProblem.sampled(act, law, base, LR, eta2=eta2)
+        return drift_jacobian(problem, OrderParameters(M, Q, b), keep_samples=True)
 
     return jac
 
@@ -452,8 +452,8 @@ def run_checks(fresh: bool, only: str = "") -> dict:
             act, law = ACTIVATIONS[res["activation"]], LAWS[res["law"]][0]
             base = BaseSamples.sobol(1, law, L, H, 2 * N_BASE).head_cyclic()
             state = OrderParameters(*(jnp.asarray(sol[v]) for v in ("M", "Q", "b")))
-            jac = drift_jacobian(state, act, law, base, lr=LR, eta2=res["eta2"],
-                                 keep_samples=True)  # fmt: skip
+            problem = DriftProblem.sampled(act, law, base, LR, eta2=res["eta2"])
+            jac = drift_jacobian(problem, state, keep_samples=True)
             ms = [m for m in modes(jac, H, law.F) if not m.zero]
             sizes = SPLITS.get(res["split"], (1, 1, 1, 1))
             done[k] = {

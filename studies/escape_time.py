@@ -65,7 +65,7 @@ from headspec.core.latent import Discrete  # noqa: E402
 from headspec.core.observables import BaseSamples  # noqa: E402
 from headspec.dynamics.fixed_points import find_fixed_point  # noqa: E402
 from headspec.dynamics.jacobian import drift_jacobian, modes  # noqa: E402
-from headspec.dynamics.ode import OrderParameters  # noqa: E402
+from headspec.dynamics.ode import DriftProblem, OrderParameters  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "out"
 CACHE = OUT / "cache"
@@ -113,8 +113,9 @@ def linear_rate(base: BaseSamples | None = None) -> dict:
     guess = OrderParameters(
         jnp.array([[0.6 * A, 0.4 * A]]), jnp.array([[0.65 * A**2]]), jnp.zeros(1)
     )
-    fp = find_fixed_point(guess, (H,), Softmax(), law, base, lr=LR, eta2=True)
-    jac = drift_jacobian(fp.state, Softmax(), law, base, lr=LR, keep_samples=True)
+    problem = DriftProblem.sampled(Softmax(), law, base, LR)
+    fp = find_fixed_point(guess, (H,), problem)
+    jac = drift_jacobian(problem, fp.state, keep_samples=True)
     ms = [m for m in modes(jac, H, 2) if not m.zero]
     lead = next(m for m in ms if m.common < 0.05)
     return {
@@ -163,7 +164,8 @@ def local_rates(times=(5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60)) -> dict:
     for t in times:
         s = ds.sel(t=float(t), method="nearest")
         state = OrderParameters(*(jnp.asarray(s[v].values) for v in ("M", "Q", "b")))
-        jac = drift_jacobian(state, Softmax(), law, base, lr=LR, keep_samples=True)
+        jac = drift_jacobian(DriftProblem.sampled(Softmax(), law, base, LR), state,
+                             keep_samples=True)  # fmt: skip
         hd = next(m for m in modes(jac, H, 2) if not m.zero and m.common < 0.05)
         out["t"].append(float(s.t))
         out["lambda"].append(float(hd.eigenvalue.real))

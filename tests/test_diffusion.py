@@ -62,8 +62,9 @@ def test_mean_increment_is_the_ode_drift(law):
     with float64_context():
         base = BaseSamples.draw(jax.random.key(3), law, L=6, H=2, n=2048)
         st = _state()
-        m = jax.jit(lambda s: increment_moments(s, Softmax1(), law, base, 1.5, 0.7))(st)
-        f = jax.jit(lambda s: flat_sym(ode.vector_field(s, Softmax1(), law, base, 1.5, 0.7)))(st)
+        problem = ode.DriftProblem.sampled(Softmax1(), law, base, 1.5, 0.7)
+        m = jax.jit(lambda s: increment_moments(s, problem))(st)
+        f = jax.jit(lambda s: flat_sym(problem.field_at(s)))(st)
         np.testing.assert_allclose(np.asarray(m.mean), np.asarray(f), rtol=1e-10, atol=1e-12)
         R = np.asarray(m.root)
         np.testing.assert_allclose(R, R.T, atol=1e-12)
@@ -113,6 +114,7 @@ def _compare_with_sgd(psi, m, m2):
     return np.array(z_var), z_mean
 
 
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
 def test_increment_moments_are_those_of_real_sgd_steps():
     """Mean and covariance of ψ from base samples (with the finite-D Gram matrix) vs 40 000 real
     single exact SGD steps (reduced engine) from one state, at D = 100, where the D → ∞ moments
@@ -128,7 +130,8 @@ def test_increment_moments_are_those_of_real_sgd_steps():
         def mom(key, finite):
             base = BaseSamples.draw(key, LAW, L=L, H=2, n=8192)
             gram = gram_rest(jax.random.fold_in(key, 1), 8192, L, D, s) if finite else None
-            return increment_moments(st, Softmax(), LAW, base, lr, lr, gram=gram)
+            return increment_moments(st, ode.DriftProblem.sampled(Softmax(), LAW, base, lr),
+                                     gram=gram)  # fmt: skip
 
         k1, k2 = jax.random.key(4), jax.random.key(5)
         z_var, z_mean = _compare_with_sgd(psi, mom(k1, True), mom(k2, True))
@@ -144,6 +147,7 @@ def _engine(D, dt, base, T, law=LAW, H=2, L=10, lr=3.0, **kw):
                            base=base, dt=dt, horizon=T, **kw)  # fmt: skip
 
 
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
 @pytest.mark.parametrize(
     ("solver", "order"), [pytest.param("euler", 1, marks=pytest.mark.slow), ("heun", 2)]
 )
@@ -163,8 +167,8 @@ def test_without_noise_it_follows_the_ode(solver, order):
             st = eng.advance(st0, keys["train"], jnp.int64(0), jnp.int64(int(T * D)))
             r = np.asarray(eng.observe(st, rbase).risk)
             y0 = ode.OrderParameters(st0.M, st0.Q, st0.b)
-            obs, _, _ = ode.integrate(y0, np.array([0.0, T]), Softmax(), LAW, base, rbase,
-                                      jnp.asarray(3.0), jnp.asarray(3.0), Constant(),
+            problem = ode.DriftProblem.sampled(Softmax(), LAW, base, 3.0)
+            obs, _, _ = ode.integrate(y0, np.array([0.0, T]), problem, rbase, Constant(),
                                       rtol=1e-10, atol=1e-12)  # fmt: skip
             errs.append(r - obs[-1].risk)
     e1, e2 = np.abs(errs[0]), np.abs(errs[1])
@@ -185,6 +189,7 @@ def test_same_seed_same_initial_overlaps_as_the_reduced_engine():
         np.testing.assert_allclose(np.asarray(st.Q), np.asarray(Q), rtol=1e-12)
 
 
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
 def test_brownian_path_does_not_depend_on_the_grid():
     """One segment 0 → 2 or two segments 0 → 1 → 2 (steps aligned): the same state."""
     with float64_context():
@@ -198,6 +203,7 @@ def test_brownian_path_does_not_depend_on_the_grid():
         np.testing.assert_allclose(np.asarray(a.M), np.asarray(b.M), rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
 @pytest.mark.parametrize("orbit", [1, 2])
 def test_resampled_noise_subtracts_the_sampling_noise_of_the_mean(orbit):
     """With fresh samples at every step, increment_moments(resampled = D·dt) returns the root of
@@ -207,17 +213,17 @@ def test_resampled_noise_subtracts_the_sampling_noise_of_the_mean(orbit):
     off. Tolerance on tr V: 4 s.e. of an empirical covariance's trace, √(2 tr(V²)/(R − 1))."""
     with float64_context():
         st, act, R, n, r = _state(), Softmax(), 400, 64, 10.0
-        R0 = np.asarray(
-            increment_moments(st, act, LAW, _base(jax.random.key(0), n, orbit), 3.0, 3.0).root
-        )
+        base0 = _base(jax.random.key(0), n, orbit)
+        R0 = np.asarray(increment_moments(st, ode.DriftProblem.sampled(act, LAW, base0, 3.0)).root)
         C = R0 @ R0  # (d, d) the root is symmetric
 
         @jax.jit
         @jax.vmap
         def one(key):
             base = _base(key, n, orbit)
-            full = increment_moments(st, act, LAW, base, 3.0, 3.0)
-            less = increment_moments(st, act, LAW, base, 3.0, 3.0, resampled=r, orbit=orbit)
+            problem = ode.DriftProblem.sampled(act, LAW, base, 3.0)
+            full = increment_moments(st, problem)
+            less = increment_moments(st, problem, resampled=r, orbit=orbit)
             return full.mean, (full.root @ full.root - less.root @ less.root) / r  # (d,), (d, d)
 
         means, Vs = map(np.asarray, one(jax.random.split(jax.random.key(1), R)))
@@ -236,6 +242,7 @@ def _base(key, n, orbit):
     return base.head_cyclic() if orbit > 1 else base
 
 
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
 @pytest.mark.parametrize(
     "fresh",
     [

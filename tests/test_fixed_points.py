@@ -25,7 +25,7 @@ from headspec.dynamics.fixed_points import (
     reduce,
 )
 from headspec.dynamics.jacobian import drift_jacobian, modes
-from headspec.dynamics.ode import OrderParameters, drift
+from headspec.dynamics.ode import DriftProblem, OrderParameters
 
 
 def test_expand_and_reduce_are_inverse():
@@ -44,8 +44,9 @@ def test_reduced_drift_with_single_heads_is_the_full_drift():
     M, Q = jnp.array([[0.5, 0.2], [0.1, 0.6]]), jnp.array([[0.6, 0.1], [0.1, 0.7]])
     st = OrderParameters(M=M, Q=Q, b=jnp.array([0.1, -0.2]))
     x = _pack(st.M, _factor(st), st.b)
-    red = _reduced_terms(x, (1, 1), 2, 2, Softmax1(), law, base, 1.0, 1.0, True).mean(0)
-    d = drift(st, Softmax1(), law, base)
+    problem = DriftProblem.sampled(Softmax1(), law, base)
+    red = _reduced_terms(x, (1, 1), 2, problem).mean(0)
+    d = problem.drift(st)
     iu = np.triu_indices(2)
     full = np.concatenate([np.ravel(d.dM), np.asarray(d.dQ)[iu], np.ravel(d.db)])
     se = np.concatenate([np.ravel(d.dM_se), np.asarray(d.dQ_se)[iu], np.ravel(d.db_se)])
@@ -58,7 +59,7 @@ def test_one_softmax_head_finds_its_optimum():
     law = Spike([2.0])
     base = BaseSamples.sobol(0, law, 10, 1, 2**12)
     guess = OrderParameters(M=jnp.array([[1.5]]), Q=jnp.array([[2.5]]), b=jnp.zeros(1))
-    fp = find_fixed_point(guess, (1,), Softmax(), law, base, eta2=False)
+    fp = find_fixed_point(guess, (1,), DriftProblem.sampled(Softmax(), law, base, eta2=False))
     assert fp.converged and fp.is_fixed
     assert abs(float(fp.state.M[0, 0]) - 2.0) < 0.05
     assert abs(float(fp.state.Q[0, 0] - fp.state.M[0, 0] ** 2)) < 0.05  # no orthogonal part
@@ -72,7 +73,8 @@ def test_constructed_bayes_softmax_optimum_is_found_again():
     h = constructed_bayes_softmax(law)
     base = BaseSamples.sobol(0, law, 10, 2, 2**12)
     guess = OrderParameters(h.M + 0.3, h.Q + 0.3 * jnp.eye(2), h.b)
-    fp = find_fixed_point(guess, (1, 1), BayesSoftmax(), law, base, eta2=False)
+    problem = DriftProblem.sampled(BayesSoftmax(), law, base, eta2=False)
+    fp = find_fixed_point(guess, (1, 1), problem)
     assert fp.is_fixed
     assert np.allclose(fp.state.M, h.M, atol=0.05), fp.state.M
     from headspec.core.observables import population_risk
@@ -95,10 +97,11 @@ def test_e1_common_phase_is_a_fixed_point_and_a_saddle():
     guess = OrderParameters(*(jnp.asarray(s[v].values) for v in ("M", "Q", "b")))
     law = Discrete([[3.0, 0.0], [0.0, 3.0]], [0.7, 0.3])
     base = BaseSamples.sobol(0, law, 10, 2, 2**12)
-    fp = find_fixed_point(guess, (2,), Softmax(), law, base)
+    problem = DriftProblem.sampled(Softmax(), law, base)
+    fp = find_fixed_point(guess, (2,), problem)
     assert fp.converged and fp.is_fixed, fp.max_z
     assert fp.risk < float(s.risk)
-    jac = drift_jacobian(fp.state, Softmax(), law, base, keep_samples=True)
+    jac = drift_jacobian(problem, fp.state, keep_samples=True)
     unstable = [m for m in modes(jac, 2, 2) if not m.zero and m.eigenvalue.real > 5 * m.se]
     assert unstable and all(m.common < 0.05 for m in unstable)
 
@@ -115,9 +118,10 @@ def test_linearisation_predicts_the_escape_from_e1_common_phase():
     law = Discrete([[3.0, 0.0], [0.0, 3.0]], [0.7, 0.3])
     base = BaseSamples.sobol(0, law, 10, 2, 2**12).head_cyclic()
     guess = OrderParameters(jnp.array([[1.0, 0.4]]), jnp.array([[1.3]]), jnp.zeros(1))
-    fp = find_fixed_point(guess, (2,), Softmax(), law, base)
+    problem = DriftProblem.sampled(Softmax(), law, base)
+    fp = find_fixed_point(guess, (2,), problem)
     assert fp.is_fixed
-    jac = drift_jacobian(fp.state, Softmax(), law, base, keep_samples=True)
+    jac = drift_jacobian(problem, fp.state, keep_samples=True)
     lead = next(m for m in modes(jac, 2, 2) if not m.zero)
     assert lead.eigenvalue.real > 5 * lead.se and lead.common < 1e-6
     M0, Q0, b0 = fp.state
@@ -127,8 +131,7 @@ def test_linearisation_predicts_the_escape_from_e1_common_phase():
     y0 = OrderParameters(M1[None], (M1 @ M1.T + W @ W.T)[None], b0[None])
     ts = np.linspace(0.0, 120.0, 13)
     risk_base = BaseSamples.draw(jax.random.key(0), law, 10, 2, 256)
-    obs, _, _ = integrate(y0, ts, Softmax(), law, base, risk_base, 1.0, 1.0, Constant(), 1e-9,
-                          1e-11)  # fmt: skip
+    obs, _, _ = integrate(y0, ts, problem, risk_base, Constant(), 1e-9, 1e-11)
     d = np.array([np.linalg.norm(o.M[0, 0] - o.M[0, 1]) for o in obs])  # (T,)
     assert d[-1] < 1e-2  # still small: the linear regime
     slope = np.polyfit(ts[2:], np.log(d[2:]), 1)[0]  # after the other modes' transients

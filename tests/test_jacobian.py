@@ -19,7 +19,7 @@ from headspec.core.latent import Discrete, Spike
 from headspec.core.observables import BaseSamples
 from headspec.dynamics.bayes import constructed_bayes_softmax
 from headspec.dynamics.jacobian import drift_jacobian, modes
-from headspec.dynamics.ode import OrderParameters, drift_and_jacobian
+from headspec.dynamics.ode import DriftProblem, OrderParameters, drift_and_jacobian
 
 LAW = Discrete([[2.0, 0.0], [0.0, 2.0]], [0.6, 0.4])
 GENERIC = OrderParameters(  # Q − MMᵀ positive definite: both Jacobians exist
@@ -39,8 +39,9 @@ def test_price_jacobian_equals_the_derivative_of_the_drift(act):
     jax.jacfwd through C^{1/2}. They differ by Monte-Carlo noise only: tolerance 3× the Price
     estimate's own standard error (relative, Frobenius). The drifts are the same integrand."""
     base = BaseSamples.sobol(0, LAW, 10, 2, 2**12)
-    jac = drift_jacobian(GENERIC, act, LAW, base)
-    F_ad, J_ad = drift_and_jacobian(GENERIC, act, LAW, base)
+    problem = DriftProblem.sampled(act, LAW, base)
+    jac = drift_jacobian(problem, GENERIC)
+    F_ad, J_ad = drift_and_jacobian(problem, GENERIC)
     assert np.allclose(jac.F, F_ad, rtol=0, atol=1e-12)
     rel_se = float(np.linalg.norm(jac.J_se) / np.linalg.norm(jac.J))
     assert _rel(jac.J, J_ad) < 3 * rel_se, (_rel(jac.J, J_ad), rel_se)
@@ -53,8 +54,9 @@ def test_price_and_ad_jacobians_converge_together():
     errs = []
     for m in (10, 14):
         base = BaseSamples.sobol(0, LAW, 10, 2, 2**m)
-        jac = drift_jacobian(GENERIC, Softmax1(), LAW, base)
-        errs.append(_rel(jac.J, drift_and_jacobian(GENERIC, Softmax1(), LAW, base)[1]))
+        problem = DriftProblem.sampled(Softmax1(), LAW, base)
+        jac = drift_jacobian(problem, GENERIC)
+        errs.append(_rel(jac.J, drift_and_jacobian(problem, GENERIC)[1]))
     assert errs[1] < 0.6 * errs[0], errs
 
 
@@ -70,7 +72,8 @@ def test_one_softmax_head_at_its_optimum_has_no_unstable_mode():
     law = Spike([2.0])
     base = BaseSamples.sobol(0, law, 10, 1, 2**13)
     at = OrderParameters(M=jnp.array([[2.0]]), Q=jnp.array([[4.0]]), b=jnp.zeros(1))
-    jac = drift_jacobian(at, Softmax(), law, base, eta2=False, keep_samples=True)
+    jac = drift_jacobian(DriftProblem.sampled(Softmax(), law, base, eta2=False), at,
+                         keep_samples=True)  # fmt: skip
     assert np.all(np.isfinite(jac.J))
     assert np.all(np.abs(jac.F) <= 3 * jac.F_se + 1e-12)
     ms = modes(jac, 1, 1)
@@ -88,7 +91,9 @@ def test_constructed_bayes_softmax_optimum_is_a_stable_fixed_point():
     h = constructed_bayes_softmax(law)
     base = BaseSamples.sobol(0, law, 10, 3, 2**12)
     jac = drift_jacobian(
-        OrderParameters(h.M, h.Q, h.b), BayesSoftmax(), law, base, eta2=False, keep_samples=True
+        DriftProblem.sampled(BayesSoftmax(), law, base, eta2=False),
+        OrderParameters(h.M, h.Q, h.b),
+        keep_samples=True,
     )
     assert np.all(np.isfinite(jac.J))
     assert np.all(np.abs(jac.F) <= 3 * jac.F_se + 1e-12)
@@ -117,7 +122,7 @@ def test_e2_growth_rates_order_the_features_by_variance():
     st = OrderParameters(*(jnp.asarray(s[v].values) for v in ("M", "Q", "b")))
     law = Gaussian([0.0, 0.0], var=[6.0, 2.0])
     base = BaseSamples.sobol(0, law, 10, 4, 2**11)
-    jac = drift_jacobian(st, Softmax1(), law, base, lr=2.0, keep_samples=True)
+    jac = drift_jacobian(DriftProblem.sampled(Softmax1(), law, base, 2.0), st, keep_samples=True)
     grow = [m for m in modes(jac, 4, 2) if not m.zero and m.eigenvalue.real > 5 * m.se]
     f1 = [m for m in grow if m.feature_weights[0] > 0.9]
     f2 = [m for m in grow if m.feature_weights[1] > 0.9]

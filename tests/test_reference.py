@@ -1,7 +1,8 @@
 """The architecture redesign changed no number: five simulate/theory configs (full and reduced
 engines, float32 and float64, a Gaussian law, a schedule, MC and Sobol drift samples, perturbed
-and symmetric ODE starts) give the results stored before it (tests/data/reference_before_redesign.nc,
-made at commit a6613a1 by tests/data/make_reference_at_a6613a1.py.txt). Exception, on purpose:
+and symmetric ODE starts) give the results stored before it
+(tests/data/reference_before_redesign.nc, made at commit a6613a1 by
+tests/data/make_reference_at_a6613a1.py.txt). Exception, on purpose:
 ``sim_reduced`` was re-recorded when the reduced engine changed its random stream for speed
 (block draws, an exact χ² sampler, a Cholesky re-basis; issue 14) — its law is tested against the
 full engine in tests/test_reduced.py, its numbers here from then on.
@@ -47,6 +48,10 @@ def run_case(ref: xr.Dataset, name: str) -> dict[str, np.ndarray]:
     from headspec.conventions.runs import simulate, solve
 
     overrides = json.loads(str(ref[f"{name}__overrides"].values))
+    if name.startswith("theory") and not any("theory.sampler" in o for o in overrides):
+        # recorded when every ODE drift was sampled, by scrambled Sobol unless said otherwise
+        # (theory.sampler, today theory.method = "qmc"); the default is now the exact method
+        overrides.append('theory.method="qmc"')
     if name.startswith("sim"):
         ds = simulate(load_config(SimulateConfig, overrides=overrides))
     else:
@@ -98,7 +103,7 @@ def test_results_equal_those_before_the_redesign(ref, name):
 def test_tolerance_catches_a_real_change(ref):
     """The cross-platform tolerance is not so loose that a changed run passes: the same config
     with another learning rate (a 1 % change) is refused."""
-    changed = json.loads(str(ref["sim_full__overrides"].values)) + ["train.lr=1.01"]
+    changed = [*json.loads(str(ref["sim_full__overrides"].values)), "train.lr=1.01"]
     ref2 = ref.copy()
     ref2["sim_full__overrides"] = xr.DataArray(json.dumps(changed))
     got = run_case(ref2, "sim_full")

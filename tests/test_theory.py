@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -39,16 +38,19 @@ from headspec.core.task import Task, sample_batch
 from headspec.dynamics.bayes import constructed_bayes_softmax, posterior
 from headspec.dynamics.initial import perturbed_state
 from headspec.dynamics.ode import (
+    DriftProblem,
     OrderParameters,
-    drift,
     drift_and_jacobian,
     flatten,
     unflatten,
-    vector_field,
 )
 
 L = 6  # tokens per sequence in every test (one compilation per law shape)
-_drift = eqx.filter_jit(drift)
+
+
+def _drift(state, act, law, base, lr=1.0, lr_b=None, eta2=True):
+    """The sampled drift on ``base`` (one compiled program per shapes and activation)."""
+    return DriftProblem.sampled(act, law, base, lr, lr_b, eta2).drift(state)
 
 
 def _components(d) -> list[tuple[str, np.ndarray, np.ndarray]]:
@@ -210,8 +212,9 @@ def test_jacobian_equals_central_finite_differences():
     st = _random_state(jax.random.key(6), H, F)
     assert float(jnp.linalg.eigvalsh(st.Q - st.M @ st.M.T).min()) > 0.1
 
-    f0, J = drift_and_jacobian(st, act, law, base, lr=lr)
-    vf = jax.jit(lambda x: flatten(vector_field(unflatten(x, H, F), act, law, base, lr, None)))
+    problem = DriftProblem.sampled(act, law, base, lr)
+    f0, J = drift_and_jacobian(problem, st)
+    vf = jax.jit(lambda x: flatten(problem.field_at(unflatten(x, H, F))))
     x = flatten(st)
     np.testing.assert_allclose(np.asarray(f0), np.asarray(vf(x)), rtol=0, atol=1e-13)
 
@@ -234,14 +237,14 @@ def test_jacobian_refuses_singular_schur_complement():
     act = BayesSoftmax(aggregation="sum")
     base = BaseSamples.draw(jax.random.key(5), law, L, law.J, N_JAC)
     with pytest.raises(ValueError, match="jitter"):
-        drift_and_jacobian(_optimum(law), act, law, base)
+        drift_and_jacobian(DriftProblem.sampled(act, law, base), _optimum(law))
 
 
 def test_jacobian_with_jitter_is_finite_at_the_optimum():
     law = LAWS["unequal-probs"]
     act = BayesSoftmax(aggregation="sum")
     base = BaseSamples.draw(jax.random.key(5), law, L, law.J, N_JAC)
-    f, J = drift_and_jacobian(_optimum(law), act, law, base, jitter=1e-6)
+    f, J = drift_and_jacobian(DriftProblem.sampled(act, law, base), _optimum(law), jitter=1e-6)
     assert np.all(np.isfinite(np.asarray(f)))
     assert np.all(np.isfinite(np.asarray(J)))
 
@@ -250,7 +253,7 @@ def test_jacobian_is_finite_at_the_symmetric_state():
     law = LAWS["unequal-probs"]
     base = BaseSamples.draw(jax.random.key(5), law, L, 2, N_JAC)
     st = OrderParameters(jnp.zeros((2, 2)), 0.01 * jnp.eye(2), jnp.zeros(2))
-    f, J = drift_and_jacobian(st, Softmax(), law, base)
+    f, J = drift_and_jacobian(DriftProblem.sampled(Softmax(), law, base), st)
     assert np.all(np.isfinite(np.asarray(f)))
     assert np.all(np.isfinite(np.asarray(J)))
 

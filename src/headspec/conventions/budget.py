@@ -314,7 +314,7 @@ def _drift_terms(
 def _theory_samples(cfg: TheoryConfig) -> tuple[int, bool]:
     """(drift base samples, head-cyclic) as :mod:`~headspec.conventions.build` makes them."""
     n = cfg.theory.n
-    if cfg.theory.sampler == "sobol":
+    if cfg.theory.method != "mc":  # qmc and the exact method's η² term: scrambled Sobol
         n = _sobol_n(n)
     choice, kind = cfg.theory.head_cyclic, cfg.theory.init.kind
     if choice == "auto":

@@ -25,6 +25,7 @@ from headspec.core.schedules import Constant, InverseTime, Schedule
 from headspec.dynamics.engines import ENGINES, Engine
 from headspec.dynamics.initial import Given, InitialState, Perturbed, Symmetric
 from headspec.dynamics.noise import gram_rest
+from headspec.dynamics.problem import FINE, DriftProblem, Exact, Sampled
 
 Array = jax.Array
 
@@ -106,12 +107,58 @@ def risk_base(record, law: LatentLaw, L: int, H: int, n: int | None = None) -> B
 
 
 def drift_base(options, law: LatentLaw, L: int, H: int) -> BaseSamples:
-    """The drift's base samples from :class:`~headspec.conventions.config.TheoryOptions` (or the
-    diffusion engine's :class:`~headspec.conventions.config.DiffusionOptions`)."""
-    if options.sampler == "sobol":
+    """The drift's base samples from :class:`~headspec.conventions.config.TheoryOptions` (scrambled
+    Sobol unless theory.method = "mc") or the diffusion engine's
+    :class:`~headspec.conventions.config.DiffusionOptions` (its ``sampler``)."""
+    sampler = getattr(options, "sampler", None) or ("mc" if options.method == "mc" else "sobol")
+    if sampler == "sobol":
         return BaseSamples.sobol(options.sample_seed, law, L, H, options.n)
     key = jax.random.fold_in(jax.random.key(options.sample_seed), 0x6472)  # "dr"
     return BaseSamples.draw(key, law, L, H, options.n)
+
+
+def theory_method(cfg) -> str:
+    """theory.method of a TheoryConfig with "auto" resolved: "exact", except Bayes-softmax with
+    H ≥ 4 heads ("qmc": its exact quadrature grows like n^(H−1) and is refused there)."""
+    method = cfg.theory.method
+    if method == "auto":
+        big_bayes = cfg.model.activation == "bayes_softmax" and cfg.model.H >= 4
+        method = "qmc" if big_bayes else "exact"
+    return method
+
+
+def drift_problem(cfg, law: LatentLaw, init: InitialState | None = None) -> DriftProblem:
+    """The ODE's :class:`~headspec.dynamics.problem.DriftProblem` of a TheoryConfig: activation,
+    law, L, η and η_b, and the method of theory.method on the drift's base samples (head-cyclic
+    where :func:`head_cyclic` says)."""
+    H, L = cfg.model.H, cfg.task.L
+    base = drift_base(cfg.theory, law, L, H)
+    if init is not None and head_cyclic(cfg, init):
+        base = base.head_cyclic()  # heads treated alike: identical heads stay identical (cost × H)
+    method = theory_method(cfg)
+    lr, lr_b = learning_rates(cfg.train)
+    strategy = Exact(base) if method == "exact" else Sampled(base, name=method)
+    return DriftProblem(activation(cfg.model), law, L, lr, lr_b, strategy)
+
+
+def analysis_problem(
+    cfg, law: LatentLaw, H: int, n: int, method: str = "exact", eta2: bool = True,
+    cyclic: bool = False, sample_seed: int = 0,
+) -> DriftProblem:  # fmt: skip
+    """The DriftProblem that analyses a result of ``cfg`` (saddles, fixed points, Jacobians) at
+    the run's learning rates: ``method`` "exact" (η² term, if kept, on ``n`` scrambled Sobol
+    samples; the finer quadrature FINE: Jacobian entries to ~3e-8), "qmc" or "mc" (everything
+    on ``n`` samples); ``cyclic``: head-cyclic samples."""
+    if method == "mc":
+        key = jax.random.fold_in(jax.random.key(sample_seed), 0x6472)  # "dr"
+        base = BaseSamples.draw(key, law, cfg.task.L, H, n)
+    else:
+        base = BaseSamples.sobol(sample_seed, law, cfg.task.L, H, n)
+    if cyclic:
+        base = base.head_cyclic()
+    lr, lr_b = learning_rates(cfg.train)
+    strategy = Exact(base, FINE) if method == "exact" else Sampled(base, name=method)
+    return DriftProblem(activation(cfg.model), law, cfg.task.L, lr, lr_b, strategy, eta2)
 
 
 def initial_state(cfg) -> InitialState:
@@ -123,7 +170,11 @@ def initial_state(cfg) -> InitialState:
     if init.kind == "symmetric":
         return Symmetric(sigma0=model.sigma0, b0=b0)
     if init.kind == "given":
-        b = jnp.full((model.H,), b0) if init.b is None else jnp.asarray(init.b, jnp.float64)
+        b = (
+            jnp.full((model.H,), b0, jnp.float64)
+            if init.b is None
+            else jnp.asarray(init.b, jnp.float64)
+        )
         M, Q = jnp.asarray(init.M, jnp.float64), jnp.asarray(init.Q, jnp.float64)
         return Given(M[None], Q[None], b[None], ids=np.array([cfg.seed]))
     from headspec.conventions.results import simulation_states

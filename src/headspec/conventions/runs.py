@@ -103,22 +103,15 @@ def solve(cfg, progress: Callable[[float, float], None] | None = None, schedule=
     release_if_crowded()
     law = cfg.task.latent.build()
     H, L = cfg.model.H, cfg.task.L
-    lr, lr_b = build.learning_rates(cfg.train)
     init = build.initial_state(cfg)
-    base = build.drift_base(cfg.theory, law, L, H)
-    if build.head_cyclic(cfg, init):
-        base = base.head_cyclic()  # heads treated alike: identical heads stay identical (cost × H)
+    problem = build.drift_problem(cfg, law, init)
     steps, ts = _grid(cfg)
     y0, seed_ids = init.states(H, law.F, np.arange(cfg.seed, cfg.seed + cfg.seeds))
     obs, fail_t, n_steps = ode.integrate(
         y0,
         ts,
-        build.activation(cfg.model),
-        law,
-        base,
+        problem,
         build.risk_base(cfg.record, law, L, H),
-        lr,
-        lr_b,
         schedule or build.schedule(cfg.train.schedule),
         cfg.theory.rtol,
         cfg.theory.atol,
@@ -130,8 +123,8 @@ def solve(cfg, progress: Callable[[float, float], None] | None = None, schedule=
     extra = {
         "engine": "ode",
         "init": cfg.theory.init.kind,
-        "sampler": cfg.theory.sampler,
-        "n_drift": int(base.n),
+        "method": problem.method.name,
+        "n_drift": int(problem.base.n),
         "head_cyclic": int(build.head_cyclic(cfg, init)),
         "solver_steps": n_steps,
     }

@@ -25,9 +25,8 @@ import xarray as xr
 from headspec.conventions import build
 from headspec.conventions.provenance import run_metadata
 from headspec.conventions.runs import config_model
-from headspec.core.observables import BaseSamples
 from headspec.core.precision import float64
-from headspec.dynamics.ode import OrderParameters
+from headspec.dynamics.problem import OrderParameters
 from headspec.dynamics.saddles import Saddle, describe_mode, saddle_chain
 
 
@@ -39,31 +38,27 @@ def find_saddles(
     eta2: bool = True,
     group_cos: float = 0.98,
     progress: Callable[[int, int], None] | None = None,
+    method: str = "exact",
 ) -> list[Saddle]:
     """The saddles along one seed of a result, at the run's learning rates and schedule.
 
-    Drift, fixed points and Jacobians use ``n`` scrambled-Sobol base samples (exact over a
-    discrete law's atoms) drawn with the result's ``theory.sample_seed`` (0 for a simulation).
+    ``method``: "exact" (the η-linear drift, its fixed points and Jacobian from the exact risk;
+    the η² term, if kept, on ``n`` samples) or "qmc" (everything on ``n`` scrambled-Sobol base
+    samples, exact over a discrete law's atoms), drawn with the result's ``theory.sample_seed``
+    (0 for a simulation).
     """
     cfg = config_model(ds)
     law = cfg.task.latent.build()
-    H = ds.sizes["head"]
-    sample_seed = cfg.theory.sample_seed if hasattr(cfg, "theory") else 0
-    base = BaseSamples.sobol(sample_seed, law, cfg.task.L, H, n)
-    lr, lr_b = build.learning_rates(cfg.train)
+    seed = cfg.theory.sample_seed if hasattr(cfg, "theory") else 0
+    problem = build.analysis_problem(cfg, law, ds.sizes["head"], n, method, eta2, sample_seed=seed)
     one = ds.isel(seed=seed_index)
     states = OrderParameters(*(one[v].values for v in ("M", "Q", "b")))
     return saddle_chain(
         one.t.values,
         one.risk.values,
         states,
-        build.activation(cfg.model),
-        law,
-        base,
-        float(lr),
-        float(lr_b),
+        problem,
         build.schedule(cfg.train.schedule),
-        eta2,
         group_cos,
         progress,
     )

@@ -85,10 +85,14 @@ def _sym_sqrt_jvp(primals, tangents):
     w, V = _clipped_eigh(S, rtol)
     r = jnp.sqrt(w)  # (n,)
     R = (V * r[None, :]) @ V.T
-    # R dR + dR R = dS  ⇒  in the eigenbasis (dR)_ij = (Vᵀ dS V)_ij / (r_i + r_j)
+    # R dR + dR R = dS  ⇒  in the eigenbasis (dR)_ij = (Vᵀ dS V)_ij / (r_i + r_j). Where
+    # r_i + r_j = 0 (both eigenvalues clipped: directions in which S is singular) the entry is
+    # set to 0. The mask depends on the primal only, so the rule is linear in the tangent and
+    # transposes: reverse mode (jax.grad) works through the root.
     A = V.T @ (0.5 * (dS + dS.T)) @ V  # (n, n)
-    denom = r[:, None] + r[None, :]
-    X = jnp.where(A == 0, 0.0, A / jnp.where(A == 0, 1.0, denom))
+    denom = r[:, None] + r[None, :]  # (n, n)
+    keep = denom > 0
+    X = A / jnp.where(keep, denom, 1.0) * keep  # (n, n)
     return R, V @ X @ V.T
 
 

@@ -25,10 +25,12 @@ Example:
     >>> from headspec.core.latent import Spike
     >>> from headspec.core.attention import Softmax
     >>> from headspec.core.observables import BaseSamples
+    >>> from headspec.dynamics.problem import DriftProblem
     >>> law = Spike([2.0])
     >>> base = BaseSamples.sobol(0, law, L=10, H=1, n=4096)
     >>> guess = OrderParameters(M=jnp.array([[1.5]]), Q=jnp.array([[2.5]]), b=jnp.zeros(1))
-    >>> fp = find_fixed_point(guess, (1,), Softmax(), law, base, eta2=False)
+    >>> problem = DriftProblem.sampled(Softmax(), law, base, eta2=False)
+    >>> fp = find_fixed_point(guess, (1,), problem)
     >>> round(float(fp.state.M[0, 0]), 1), fp.is_fixed                 # k = K*a (SPEC §6)
     (2.0, True)
 """
@@ -41,14 +43,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from headspec.core.attention import Activation
-from headspec.core.latent import LatentLaw
 from headspec.core.linalg import psd_root
-from headspec.core.observables import BaseSamples, population_risk
 from headspec.core.precision import float64
 from headspec.core.stats import sample_mean_se
 from headspec.dynamics.jacobian import drift_integrand
-from headspec.dynamics.ode import OrderParameters
+from headspec.dynamics.problem import DriftProblem, Exact, OrderParameters, flatten
 
 Array = jax.Array
 
@@ -98,37 +97,59 @@ def _factor(state: OrderParameters) -> Array:
     return R.T
 
 
-def _reduced_terms(x, sizes, G, F, activation, law, base, lr, lr_b, eta2):
+def _expanded(x, sizes, F) -> OrderParameters:
+    """The full state (H heads) of packed representatives x."""
+    M, W, b = _unpack(x, len(sizes), F)
+    return expand(OrderParameters(M, M @ M.T + W @ W.T, b), sizes)
+
+
+def _reduce_flat(psi, sizes, H: int, F: int):
+    """(dM, upper triangle of dQ, db) of the representatives from flat full drifts (…, P)."""
+    rep, iu = representatives(sizes), np.triu_indices(len(sizes))
+    lead = psi.shape[:-1]
+    dM = psi[..., : H * F].reshape(*lead, H, F)[..., rep, :]  # (…, G, F)
+    dQ = psi[..., H * F : H * F + H * H].reshape(*lead, H, H)[..., rep, :][..., rep]  # (…, G, G)
+    db = psi[..., H * F + H * H :][..., rep]  # (…, G)
+    return jnp.concatenate([dM.reshape(*lead, -1), dQ[..., iu[0], iu[1]], db], axis=-1)
+
+
+def _reduced_terms(x, sizes, F, problem: DriftProblem, linear=True):
     """Per-sample reduced drift (n, p) at packed x: (dM, upper triangle of dQ, db) of the
-    representatives, with the H heads' scores repeated over groups."""
+    representatives, with the H heads' scores repeated over groups (``linear=False``: the η²
+    term only)."""
+    G = len(sizes)
     M, W, b = _unpack(x, G, F)
-    idx, rep = group_index(sizes), representatives(sizes)
-    iu = np.triu_indices(G)
+    idx = group_index(sizes)
+    base = problem.base
     L = base.nu.shape[1]
     hot = jax.nn.one_hot(0, L, dtype=base.nu.dtype)[None, :, None]  # hidden token at l = 0
+    act, lr, lr_b, eta2 = problem.activation, problem.lr, problem.lr_b, problem.eta2
 
     def per_theta(theta):  # θ (n, F) → (n, p)
         nu = base.nu + hot * theta[:, None, :]  # (n, L, F)
         lam = jnp.einsum("nlf,gf->ngl", nu, M) + jnp.einsum("nlk,gk->ngl", base.xi[..., :G], W)
 
         def one(lam_g, nu_):  # (G, L), (L, F)
-            psi = drift_integrand(lam_g[idx], nu_, b[idx], activation, lr, lr_b, eta2)
-            H = len(idx)
-            dM = psi[: H * F].reshape(H, F)[rep]  # (G, F)
-            dQ = psi[H * F : H * F + H * H].reshape(H, H)[rep][:, rep]  # (G, G)
-            db = psi[H * F + H * H :][rep]  # (G,)
-            return jnp.concatenate([dM.ravel(), dQ[iu], db])
+            psi = drift_integrand(lam_g[idx], nu_, b[idx], act, lr, lr_b, eta2, linear)
+            return _reduce_flat(psi, sizes, len(idx), F)
 
         return jax.vmap(one)(lam, nu)
 
-    return law.expect(per_theta, base.theta)  # (n, p)
+    return problem.law.expect(per_theta, base.theta)  # (n, p)
 
 
 def _residual_terms(x, args):
-    """Per-sample reduced drift (n, p) at packed x; ``args`` = (sizes, F, activation, law, base,
-    lr, lr_b, eta2)."""
-    sizes, F, activation, law, base, lr, lr_b, eta2 = args
-    return _reduced_terms(x, sizes, len(sizes), F, activation, law, base, lr, lr_b, eta2)
+    """Per-sample reduced drift (n, p) at packed x (the exact method: its η-linear part, exact,
+    added to every sample's η² term; (1, p) without that term); ``args`` = (sizes, F, problem)."""
+    sizes, F, problem = args
+    if not isinstance(problem.method, Exact):
+        return _reduced_terms(x, sizes, F, problem)
+    st = _expanded(x, sizes, F)
+    lin = problem.method.linear(problem, st, problem.lr, problem.lr_b)[1]
+    lin = _reduce_flat(flatten(lin), sizes, st.M.shape[0], F)[None]  # (1, p)
+    if not problem.eta2:
+        return lin
+    return lin + _reduced_terms(x, sizes, F, problem, linear=False)
 
 
 def _mean_residual(x, args):
@@ -147,8 +168,8 @@ class FixedPoint(NamedTuple):
     state: OrderParameters  # the full state (H heads)
     sizes: tuple[int, ...]  # group sizes
     drift: Array  # (p,) reduced drift (dM, upper triangle of dQ, db) at the state
-    drift_se: Array  # (p,) its Monte-Carlo standard errors
-    risk: float  # D → ∞ risk of the state on the drift's base samples
+    drift_se: Array  # (p,) its standard errors (at least the method's accuracy)
+    risk: float  # D → ∞ risk of the state by the problem's method
     steps: int  # least-squares iterations
     converged: bool  # the solver met its tolerance
 
@@ -171,28 +192,23 @@ class FixedPoint(NamedTuple):
 def find_fixed_point(
     guess: OrderParameters,
     sizes: tuple[int, ...],
-    activation: Activation,
-    law: LatentLaw,
-    base: BaseSamples,
-    lr: float = 1.0,
-    lr_b: float | None = None,
-    eta2: bool = True,
+    problem: DriftProblem,
     rtol: float = 1e-8,
     atol: float = 1e-10,
     max_steps: int = 256,
 ) -> FixedPoint:
-    """Least-squares zero of the reduced drift near ``guess``.
+    """Least-squares zero of the reduced drift of ``problem`` near ``guess``.
 
     ``guess`` is either a reduced state (one head per group, G heads) or a full state of
-    H = sum(sizes) heads whose representatives are taken. ``eta2=False``: the η-linear drift
-    (gradient flow). Uses optimistix's Levenberg–Marquardt (robust to the zero modes of
-    softmax's biases); the result says whether the drift vanished within its standard errors.
+    H = sum(sizes) heads whose representatives are taken; ``problem.linear()`` gives the
+    gradient-flow fixed points. Uses optimistix's Levenberg–Marquardt (robust to the zero modes
+    of softmax's biases); the result says whether the drift vanished within its errors (standard
+    errors, and for the exact method its quadrature accuracy).
     """
     import optimistix as optx
 
     sizes = tuple(int(s) for s in sizes)
     G, H = len(sizes), sum(sizes)
-    lr_b = lr if lr_b is None else lr_b
     guess = OrderParameters(*(jnp.asarray(x, jnp.float64) for x in guess))
     if guess.M.shape[0] == H and H != G:
         guess = reduce(guess, sizes)
@@ -200,8 +216,7 @@ def find_fixed_point(
         raise ValueError(f"guess has {guess.M.shape[0]} head(s); sizes {sizes} need {G} or {H}")
     F = guess.M.shape[1]
     x0 = _pack(guess.M, _factor(guess), guess.b)
-    lr, lr_b = jnp.asarray(lr, jnp.float64), jnp.asarray(lr_b, jnp.float64)  # traced: any η
-    args = (sizes, F, activation, law, base, lr, lr_b, eta2)
+    args = (sizes, F, problem)
     sol = optx.least_squares(
         _mean_residual,  # module-level: identical solves reuse one compiled program
         optx.LevenbergMarquardt(rtol=rtol, atol=atol),
@@ -212,25 +227,16 @@ def find_fixed_point(
     )
     M, W, b = _unpack(sol.value, G, F)
     red = OrderParameters(M, M @ M.T + W @ W.T, b)
-    mean, se = sample_mean_se(_residual_terms(sol.value, args))
+    terms = _residual_terms(sol.value, args)  # (n, p)
+    mean = terms.mean(0)
+    se = sample_mean_se(terms)[1] if terms.shape[0] > 1 else jnp.zeros_like(mean)
     full = expand(red, sizes)
-    r = population_risk(*full, activation, law, base_for_heads(base, H))
     return FixedPoint(
         state=full,
         sizes=sizes,
         drift=mean,
-        drift_se=se,
-        risk=float(r.mean),
+        drift_se=jnp.maximum(se, problem.method.accuracy),
+        risk=float(problem.risk(full).mean),
         steps=int(sol.stats["num_steps"]),
         converged=bool(sol.result == optx.RESULTS.successful),
     )
-
-
-def base_for_heads(base: BaseSamples, H: int) -> BaseSamples:
-    """Base samples with (at least) H head columns: the given ones, repeated if needed (identical
-    heads of a group share their projections anyway)."""
-    k = base.xi.shape[-1]
-    if k >= H:
-        return base
-    reps = -(-H // k)
-    return BaseSamples(nu=base.nu, xi=jnp.tile(base.xi, (1, 1, reps))[..., :H], theta=base.theta)

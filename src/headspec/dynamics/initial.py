@@ -53,7 +53,7 @@ def perturbed_state(key: Array, H: int, F: int, D: int, sigma0: float, b0: float
     M = sigma0 / jnp.sqrt(D) * jax.random.normal(k1, (H, F))  # (H, F)
     T = bartlett(k2, D - F, H)  # (H, H): T Tᵀ ~ Wishart(D − F, I_H)
     Q = M @ M.T + sigma0**2 * (T @ T.T) / D  # (H, H)
-    return OrderParameters(M, Q, jnp.full((H,), b0))
+    return OrderParameters(M, Q, jnp.full((H,), b0, jnp.float64))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,7 +84,7 @@ class Symmetric(InitialState):
     @float64
     def states(self, H, F, seed_ids):
         st = OrderParameters(
-            jnp.zeros((H, F)), self.sigma0**2 * jnp.eye(H), jnp.full((H,), self.b0)
+            jnp.zeros((H, F)), self.sigma0**2 * jnp.eye(H), jnp.full((H,), self.b0, jnp.float64)
         )
         return jax.tree.map(lambda x: x[None], st), np.asarray(seed_ids)[:1]
 

@@ -26,11 +26,12 @@ Example:
     >>> from headspec.core.latent import Spike
     >>> from headspec.core.attention import Softmax
     >>> from headspec.core.observables import BaseSamples
-    >>> from headspec.dynamics.ode import OrderParameters
+    >>> from headspec.dynamics.problem import DriftProblem, OrderParameters
     >>> law = Spike([2.0])
     >>> base = BaseSamples.sobol(0, law, L=10, H=1, n=4096)
     >>> at_optimum = OrderParameters(M=jnp.array([[2.0]]), Q=jnp.array([[4.0]]), b=jnp.zeros(1))
-    >>> jac = drift_jacobian(at_optimum, Softmax(), law, base, eta2=False)   # C = 0: singular
+    >>> problem = DriftProblem.sampled(Softmax(), law, base, eta2=False)
+    >>> jac = drift_jacobian(problem, at_optimum)                          # C = 0: singular
     >>> bool(jnp.all(jnp.isfinite(jac.J))), jac.J.shape
     (True, (3, 3))
 """
@@ -44,13 +45,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from headspec.core.attention import Activation
-from headspec.core.latent import LatentLaw
 from headspec.core.linalg import psd_root
-from headspec.core.observables import BaseSamples, sample_loss, token_projections
+from headspec.core.observables import sample_loss, token_projections
 from headspec.core.precision import float64
 from headspec.core.stats import sample_mean_se
-from headspec.dynamics.ode import OrderParameters
+from headspec.dynamics.problem import (
+    DriftProblem,
+    Exact,
+    OrderParameters,
+    SampleTerms,
+    flatten,
+    increment,
+    unflatten,
+)
 
 Array = jax.Array
 
@@ -64,27 +71,29 @@ class Jacobian(NamedTuple):
     F_se: Array  # (P,)
     J_se: Array  # (P, P)
     J_samples: Array | None = None  # (n, P, P) per-sample terms (``keep_samples=True``)
+    accuracy: float = 0.0  # absolute accuracy of J's entries beyond J_se (the exact method's)
 
 
-def drift_integrand(lam, nu, b, activation, lr, lr_b, eta2):
+def drift_integrand(lam, nu, b, activation, lr, lr_b, eta2, linear=True):
     """Per-sample drift ψ (P,) from λ (H, L), ν (L, F) and b (H,): the integrand of SPEC §5's
-    dM, dQ, db (flat as :func:`headspec.dynamics.ode.flatten`), with g = ∂ℓ/∂s by ``jax.grad``."""
+    dM, dQ, db (flat as :func:`headspec.dynamics.problem.flatten`), with g = ∂ℓ/∂s by
+    ``jax.grad``; ``linear=False`` keeps only the η² term η² Σ_l g_l g_lᵀ (what the exact method
+    samples)."""
     g = jax.grad(sample_loss)(lam + b[:, None], activation)  # (H, L) = ∂ℓ/∂s
-    gl = g @ lam.T  # (H, H) Σ_l g_l λ_lᵀ
-    dQ = -lr * (gl + gl.T)  # (H, H)
-    if eta2:
-        dQ = dQ + lr**2 * (g @ g.T)
-    dM = -lr * (g @ nu)  # (H, F)
-    db = -lr_b * g.sum(-1)  # (H,)
-    return jnp.concatenate([dM.ravel(), dQ.ravel(), db])  # (P,)
+    if not linear:
+        H, F = g.shape[0], nu.shape[1]
+        zero = jnp.zeros
+        return flatten(OrderParameters(zero((H, F), g.dtype), lr**2 * (g @ g.T), zero(H, g.dtype)))
+    terms = SampleTerms(jnp.zeros((), g.dtype), g @ nu, g @ lam.T, g @ g.T, g.sum(-1))
+    return flatten(increment(terms, lr, lr_b, eta2))
 
 
-def _sample_terms(lam, nu, b, activation, lr, lr_b, eta2):
+def _sample_terms(lam, nu, b, activation, lr, lr_b, eta2, linear):
     """For one sample: ψ (P,), G = Σ_l ∂ψ/∂λ_l ν_lᵀ (P, H, F), T = Σ_l ∂²ψ/∂λ_l² (P, H, H) and
     ∂ψ/∂b (P, H)."""
 
     def psi(lam, b):
-        return drift_integrand(lam, nu, b, activation, lr, lr_b, eta2)
+        return drift_integrand(lam, nu, b, activation, lr, lr_b, eta2, linear)
 
     value = psi(lam, b)
     J_lam, J_b = jax.jacfwd(psi, argnums=(0, 1))(lam, b)  # (P, H, L), (P, H)
@@ -98,53 +107,75 @@ def _sample_terms(lam, nu, b, activation, lr, lr_b, eta2):
 
 
 @eqx.filter_jit
-def _chunk_terms(lam, nu, b, activation, lr, lr_b, eta2):
+def _chunk_terms(lam, nu, b, activation, lr, lr_b, eta2, linear):
     """:func:`_sample_terms` over a chunk of samples, compiled once per shape and setting."""
-    return jax.vmap(lambda la, nu_: _sample_terms(la, nu_, b, activation, lr, lr_b, eta2))(lam, nu)
+    return jax.vmap(lambda la, nu_: _sample_terms(la, nu_, b, activation, lr, lr_b, eta2, linear))(
+        lam, nu
+    )
+
+
+@eqx.filter_jit
+def _exact_part(problem: DriftProblem, x, H: int, F: int):
+    """The exact method's η-linear drift (flat) and its Jacobian by ``jax.jacfwd``."""
+
+    def f(x):
+        st = unflatten(x, H, F)
+        return flatten(problem.method.linear(problem, st, problem.lr, problem.lr_b)[1])
+
+    return f(x), jax.jacfwd(f)(x)
 
 
 @float64
 def drift_jacobian(
+    problem: DriftProblem,
     state: OrderParameters,
-    activation: Activation,
-    law: LatentLaw,
-    base: BaseSamples,
-    lr: float = 1.0,
-    lr_b: float | None = None,
-    eta2: bool = True,
     chunk: int = 1024,
     keep_samples: bool = False,
 ) -> Jacobian:
-    """The drift and its Jacobian by Price's theorem (finite at singular Q − MMᵀ; see module).
+    """The drift and its Jacobian, finite at singular Q − MMᵀ (see module).
 
-    ``eta2=False`` drops the η² term (the η-linear part, the gradient-flow limit). Samples are
+    Sampled method: Price's theorem over the base samples. Exact method: ``jax.jacfwd`` of the
+    η-linear drift built from the exact risk, plus the η² term by Price's theorem over the base
+    samples (the only part with a standard error). Without the η² term (``problem.linear()``,
+    the gradient-flow limit) the exact Jacobian has no sampling error at all. Samples are
     processed ``chunk`` at a time (memory ∝ chunk·P·H²). ``keep_samples`` keeps the per-sample
     Jacobians, from which :func:`modes` gives each eigenvalue its standard error.
     """
-    lr_b = lr if lr_b is None else lr_b
-    lr, lr_b = jnp.asarray(lr, jnp.float64), jnp.asarray(lr_b, jnp.float64)  # traced: any η
     M, Q, b = (jnp.asarray(x, jnp.float64) for x in state)
     H, F = M.shape
+    P = H * F + H * H + H
+    exact = isinstance(problem.method, Exact)
+    if exact and not problem.eta2:
+        value, J = _exact_part(problem, flatten(OrderParameters(M, Q, b)), H, F)
+        zeros = jnp.zeros_like
+        samples = J[None] if keep_samples else None
+        acc = problem.method.jacobian_accuracy
+        return Jacobian(value, J, zeros(value), zeros(J), samples, acc)
+    base, act, law = problem.base, problem.activation, problem.law
+    lr, lr_b, eta2 = problem.lr, problem.lr_b, problem.eta2
     S = psd_root(Q - M @ M.T)  # (H, H): only to draw λ; never differentiated
 
     def per_sample(theta):  # θ (n, F) → per-sample (ψ, G, T, ∂ψ/∂b), each with leading n
         nu, lam = token_projections(M, S, theta, base)  # (n, L, F), (n, H, L)
         n = nu.shape[0]
         parts = [
-            _chunk_terms(lam[i : i + chunk], nu[i : i + chunk], b, activation, lr, lr_b, eta2)
+            _chunk_terms(lam[i : i + chunk], nu[i : i + chunk], b, act, lr, lr_b, eta2, not exact)
             for i in range(0, n, chunk)
         ]
         return jax.tree.map(lambda *x: jnp.concatenate(x), *parts)
 
     value, G, T, Jb = law.expect(per_sample, base.theta)  # (n, P), (n, P, H, F), …, (n, P, H)
-    P = value.shape[1]
     J_M = G - jnp.einsum("nphj,jf->nphf", T, M)  # (n, P, H, F)
     J = jnp.concatenate(
         [J_M.reshape(-1, P, H * F), 0.5 * T.reshape(-1, P, H * H), Jb], axis=2
     )  # (n, P, P)
+    if exact:  # add the exact η-linear part to every sample's η² part
+        lin, J_lin = _exact_part(problem, flatten(OrderParameters(M, Q, b)), H, F)
+        value, J = value + lin, J + J_lin
     F_mean, F_se = sample_mean_se(value)
     J_mean, J_se = sample_mean_se(J)
-    return Jacobian(F_mean, J_mean, F_se, J_se, J if keep_samples else None)
+    acc = problem.method.jacobian_accuracy
+    return Jacobian(F_mean, J_mean, F_se, J_se, J if keep_samples else None, acc)
 
 
 def symmetric_coordinates(H: int, F: int) -> tuple[np.ndarray, np.ndarray]:
@@ -200,7 +231,8 @@ def modes(jac: Jacobian, H: int, F: int) -> list[Mode]:
     E, R = symmetric_coordinates(H, F)
     Js = R @ np.asarray(jac.J) @ E
     w, U, V = eig(Js, left=True, right=True)  # U: left eigenvectors (uᴴ Js = λ uᴴ)
-    tiny = 1e-9 * max(1.0, float(np.linalg.norm(Js)))
+    # an exact symmetry's eigenvalue is zero to round-off, or to the method's accuracy
+    tiny = max(1e-9 * max(1.0, float(np.linalg.norm(Js))), 3 * jac.accuracy)
     samples = None if jac.J_samples is None else np.asarray(jac.J_samples)
     out = []
     for k in np.argsort(-w.real):
@@ -214,7 +246,8 @@ def modes(jac: Jacobian, H: int, F: int) -> list[Mode]:
         if samples is not None:  # δλ = uᴴ δJ v / (uᴴ v) per sample, then its standard error
             u, vk = U[:, k], V[:, k]
             per = np.einsum("i,nij,j->n", u.conj(), R @ samples @ E, vk) / (u.conj() @ vk)
-            se = float(np.std(per.real, ddof=1) / np.sqrt(per.size))
+            se = float(np.std(per.real, ddof=1) / np.sqrt(per.size)) if per.size > 1 else 0.0
+            se = float(np.hypot(se, jac.accuracy))  # and the method's own accuracy
         out.append(
             Mode(
                 eigenvalue=complex(w[k]),

@@ -33,15 +33,16 @@ Example:
     >>> from headspec.core.latent import Spike
     >>> from headspec.core.attention import Softmax
     >>> from headspec.core.observables import BaseSamples
-    >>> from headspec.dynamics.ode import OrderParameters, vector_field
+    >>> from headspec.dynamics.problem import DriftProblem, OrderParameters
     >>> law = Spike([2.0])
     >>> base = BaseSamples.draw(jax.random.key(0), law, L=10, H=2, n=4096)
+    >>> problem = DriftProblem.sampled(Softmax(), law, base, lr=1.0)
     >>> at = OrderParameters(M=jnp.array([[0.5], [0.1]]), Q=jnp.array([[0.5, 0.0], [0.0, 0.2]]),
     ...                      b=jnp.zeros(2))
-    >>> mom = increment_moments(at, Softmax(), law, base, lr=1.0, lr_b=1.0)
+    >>> mom = increment_moments(at, problem)
     >>> mom.root.shape                         # d = H·F + H(H+1)/2 + H = 2 + 3 + 2
     (7, 7)
-    >>> f = flat_sym(vector_field(at, Softmax(), law, base, 1.0, 1.0))
+    >>> f = flat_sym(problem.vector_field(at))
     >>> bool(np.allclose(mom.mean, f))        # the mean increment is the ODE's drift
     True
 """
@@ -54,11 +55,10 @@ import jax
 import jax.numpy as jnp
 
 from headspec.core.attention import Activation
-from headspec.core.latent import LatentLaw
 from headspec.core.linalg import bartlett, psd_root
 from headspec.core.observables import BaseSamples, sample_loss, token_projections
 from headspec.core.precision import float64
-from headspec.dynamics.ode import OrderParameters
+from headspec.dynamics.problem import DriftProblem, OrderParameters, SampleTerms, increment
 
 Array = jax.Array
 
@@ -115,11 +115,11 @@ def _loss_gram(s: Array, activation: Activation, G: Array) -> Array:
 
 
 def _increments(
-    state: OrderParameters, activation, theta, base, eta, eta_b, gram: FiniteGram | None
+    state: OrderParameters, problem: DriftProblem, theta, base, eta, eta_b, gram: FiniteGram | None
 ) -> Array:
     """ψ per base sample for latents θ (n, F), flattened as in :func:`flat_sym`: (n, d)."""
     M, Q, b = state
-    H = Q.shape[0]
+    activation = problem.activation
     S = psd_root(Q - M @ M.T)  # (H, H)
     nu, lam = token_projections(M, S, theta, base)  # (n, L, F), (n, H, L)
     if gram is None:  # D → ∞: G = I
@@ -131,14 +131,14 @@ def _increments(
         ) * gram.inv_D + gram.rest  # (n, L, L) = XXᵀ/D
         g = jax.vmap(jax.grad(_loss_gram), in_axes=(0, None, 0))(lam + b[:, None], activation, G)
         g_g = jnp.einsum("nhl,nlm,nkm->nhk", g, G, g)  # (n, H, H)
-    g_nu = jnp.einsum("nhl,nlf->nhf", g, nu)  # (n, H, F)
-    g_lam = jnp.einsum("nhl,nkl->nhk", g, lam)  # (n, H, H)
-    psi_Q = -eta * (g_lam + jnp.swapaxes(g_lam, 1, 2)) + eta**2 * g_g  # (n, H, H)
-    iu = jnp.triu_indices(H)
-    n = g.shape[0]
-    return jnp.concatenate(
-        [(-eta * g_nu).reshape(n, -1), psi_Q[:, iu[0], iu[1]], -eta_b * g.sum(-1)], axis=1
-    )  # (n, d)
+    terms = SampleTerms(
+        jnp.zeros(g.shape[0], g.dtype),
+        jnp.einsum("nhl,nlf->nhf", g, nu),  # (n, H, F)
+        jnp.einsum("nhl,nkl->nhk", g, lam),  # (n, H, H)
+        g_g,
+        g.sum(-1),  # (n, H)
+    )
+    return flat_sym(increment(terms, eta, eta_b, True))  # (n, d)
 
 
 class IncrementMoments(NamedTuple):
@@ -153,19 +153,17 @@ class IncrementMoments(NamedTuple):
 @float64
 def increment_moments(
     state: OrderParameters,
-    activation: Activation,
-    law: LatentLaw,
-    base: BaseSamples,
-    lr,
-    lr_b,
+    problem: DriftProblem,
     factor=1.0,
     gram: FiniteGram | None = None,
     resampled=None,
     orbit: int = 1,
+    base: BaseSamples | None = None,
 ) -> IncrementMoments:
-    """Mean and covariance root of one sample's increment ψ at ``state`` (learning rates times the
-    schedule's ``factor``), from the base samples; exact over a discrete law's atoms. ``gram``:
-    the finite-D Gram part of every base sample (:func:`gram_rest`); None: D → ∞.
+    """Mean and covariance root of one sample's increment ψ at ``state`` (the problem's learning
+    rates times the schedule's ``factor``), from the problem's base samples (or ``base``); exact
+    over a discrete law's atoms. ``gram``: the finite-D Gram part of every base sample
+    (:func:`gram_rest`); None: D → ∞. The η² term is always part of ψ.
 
     ``resampled`` = D·dt for an engine that draws fresh Monte-Carlo base samples at every step
     of size dt (None: fixed samples). Each step's estimate of the mean then carries sampling noise
@@ -173,9 +171,11 @@ def increment_moments(
     and over the ``orbit`` head-cyclic copies of each draw, divided by the number of draws), and
     that noise is part of the step's SGD noise dt·C/D; the root returned is that of C − D·dt·V,
     so that the two together have covariance dt·C/D (V ≤ C/n: PSD when D·dt ≤ n)."""
-    eta, eta_b = lr * factor, lr_b * factor
+    base = problem.base if base is None else base
+    law = problem.law
+    eta, eta_b = problem.lr * factor, problem.lr_b * factor
     points, weights = law.quadrature(base.theta)  # (A, n, F), (A,)
-    psi = jax.vmap(lambda th: _increments(state, activation, th, base, eta, eta_b, gram))(points)
+    psi = jax.vmap(lambda th: _increments(state, problem, th, base, eta, eta_b, gram))(points)
     A, n, d = psi.shape
     w = weights.astype(psi.dtype)[:, None]  # (A, 1)
     mean = jnp.einsum("a,and->d", weights.astype(psi.dtype), psi) / n  # (d,)

@@ -1,15 +1,12 @@
-"""The D → ∞ order-parameter ODE of SPEC §5: drift, its Jacobian, and its integration.
+"""The D → ∞ order-parameter ODE of SPEC §5: its Jacobian by autodiff, and its integration.
 
-With g_hl = ∂ℓ/∂s_hl of the per-sample loss ℓ(s) = ½ Σ_l (W_l(s) − 1[l=ε])²:
-
-    dM/dt = −η   E[ Σ_l g_l ν_lᵀ ]
-    dQ/dt = −η   E[ Σ_l (g_l λ_lᵀ + λ_l g_lᵀ) ] + η² E[ Σ_l g_l g_lᵀ ]
-    db/dt = −η_b E[ Σ_l g_l ]
-
-The expectations are averages over fixed base samples (:class:`headspec.core.observables.
-BaseSamples`: Monte Carlo or scrambled Sobol, common random numbers), exact over a discrete law's
-atoms; g comes from ``jax.grad``. :func:`integrate` solves the ODE with diffrax (Tsit5, adaptive
-steps) for a batch of initial states and records the shared observables on a time grid.
+The vector field is that of a :class:`~headspec.dynamics.problem.DriftProblem` (activation, law,
+learning rates, η² term, and the method that evaluates the expectations: sampled — Monte Carlo or
+scrambled Sobol, common random numbers — or exact by quadrature). :func:`integrate` solves the
+ODE with diffrax (Tsit5, adaptive steps) for a batch of initial states and records the shared
+observables on a time grid. The names of :mod:`headspec.dynamics.problem` that every user of the
+ODE needs (``OrderParameters``, ``Drift``, ``DriftProblem``, ``flatten``, …) are importable from
+here too.
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -18,8 +15,9 @@ Example:
     >>> from headspec.core.observables import BaseSamples
     >>> law = Spike([2.0])
     >>> base = BaseSamples.draw(jax.random.key(0), law, L=10, H=1, n=4096)
+    >>> problem = DriftProblem.sampled(Softmax(), law, base, lr=1.0)
     >>> at = OrderParameters(M=jnp.array([[0.5]]), Q=jnp.array([[0.5]]), b=jnp.zeros(1))
-    >>> d = drift(at, Softmax(), law, base, lr=1.0)
+    >>> d = problem.drift(at)
     >>> bool(d.dM[0, 0] > 5 * d.dM_se[0, 0])      # the head moves towards the spike
     True
 """
@@ -27,7 +25,6 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -36,178 +33,65 @@ import numpy as np
 
 from headspec.core.attention import Activation
 from headspec.core.latent import LatentLaw
-from headspec.core.linalg import psd_root
-from headspec.core.observables import (
-    BaseSamples,
-    Observation,
-    population_risk,
-    sample_loss,
-    token_projections,
-)
+from headspec.core.observables import BaseSamples, Observation, population_risk
 from headspec.core.precision import float64
-from headspec.core.stats import sample_mean_se
+from headspec.dynamics.problem import (
+    Drift,
+    DriftProblem,
+    Exact,
+    OrderParameters,
+    Sampled,
+    flatten,
+    unflatten,
+)
+
+__all__ = [
+    "Drift", "DriftProblem", "Exact", "OrderParameters", "Sampled", "drift_and_jacobian",
+    "flatten", "integrate", "unflatten",
+]  # fmt: skip
 
 Array = jax.Array
 
 
-class OrderParameters(NamedTuple):
-    """Order parameters: M (H, F) head–feature, Q (H, H) head–head overlaps, b (H,) biases."""
-
-    M: Array  # (H, F)
-    Q: Array  # (H, H)
-    b: Array  # (H,)
-
-
-class Drift(NamedTuple):
-    """d(M, Q, b)/dt and R at one state, with Monte-Carlo standard errors (same shapes)."""
-
-    dM: Array  # (H, F)
-    dQ: Array  # (H, H)
-    db: Array  # (H,)
-    R: Array  # ()
-    dM_se: Array
-    dQ_se: Array
-    db_se: Array
-    R_se: Array
-
-
-def _scores_and_grads(M, b, S, activation, theta, base):
-    """ν (n, L, F), λ (n, H, L), ℓ (n,) and g = ∂ℓ/∂s (n, H, L), hidden token at l = 0."""
-    nu, lam = token_projections(M, S, theta, base)
-    ell, g = jax.vmap(jax.value_and_grad(sample_loss), in_axes=(0, None))(
-        lam + b[:, None], activation
-    )
-    return nu, lam, ell, g
-
-
-def _sample_terms(
-    state: OrderParameters, activation: Activation, law: LatentLaw, base: BaseSamples
-):
-    """Per-sample integrands (averaged over atoms): ℓ (n,), Σ_l g_l ν_lᵀ (n, H, F),
-    Σ_l g_l λ_lᵀ (n, H, H), Σ_l g_l g_lᵀ (n, H, H), Σ_l g_l (n, H), g = ∂ℓ/∂s by ``jax.grad``."""
-    M, Q, b = state
-    S = psd_root(Q - M @ M.T)  # (H, H): tolerates singular Q (aligned heads)
-
-    def one(theta):
-        nu, lam, ell, g = _scores_and_grads(M, b, S, activation, theta, base)
-        return (
-            ell,
-            jnp.einsum("nhl,nlf->nhf", g, nu),
-            jnp.einsum("nhl,nkl->nhk", g, lam),
-            jnp.einsum("nhl,nkl->nhk", g, g),
-            g.sum(-1),
-        )
-
-    return law.expect(one, base.theta)
-
-
-def _mean_terms(state: OrderParameters, activation, law, base):
-    """E[Σ_l g ν_lᵀ] (H, F), E[Σ_l g λ_lᵀ] (H, H), E[Σ_l g gᵀ] (H, H), E[Σ_l g] (H,).
-
-    Means only (no per-sample arrays): each is one contraction over samples and tokens.
-    """
-    M, Q, b = state
-    S = psd_root(Q - M @ M.T)  # (H, H)
-
-    def one(theta):
-        nu, lam, _, g = _scores_and_grads(M, b, S, activation, theta, base)
-        n = nu.shape[0]
-        return (
-            jnp.einsum("nhl,nlf->hf", g, nu) / n,
-            jnp.einsum("nhl,nkl->hk", g, lam) / n,
-            jnp.einsum("nhl,nkl->hk", g, g) / n,
-            g.sum((0, 2)) / n,
-        )
-
-    return law.expect(one, base.theta)
-
-
 @float64
-def drift(
-    state: OrderParameters,
-    activation: Activation,
-    law: LatentLaw,
-    base: BaseSamples,
-    lr: float = 1.0,
-    lr_b: float | None = None,
-    eta2: bool = True,
-) -> Drift:
-    """The vector field of SPEC §5 at ``state``, with the Monte-Carlo standard error of each entry.
-
-        dM/dt = −η E[Σ_l g_l ν_lᵀ]
-        dQ/dt = −η E[Σ_l (g_l λ_lᵀ + λ_l g_lᵀ)] + η² E[Σ_l g_l g_lᵀ]
-        db/dt = −η_b E[Σ_l g_l]
-
-    ``eta2=False`` drops the η² term (the "η-linear part", which vanishes at a minimiser).
-    """
-    lr_b = lr if lr_b is None else lr_b
-    ell, g_nu, g_lam, g_g, g_sum = _sample_terms(state, activation, law, base)
-    dQ_i = -lr * (g_lam + jnp.swapaxes(g_lam, -1, -2))  # (n, H, H)
-    if eta2:
-        dQ_i = dQ_i + lr**2 * g_g
-    per = (-lr * g_nu, dQ_i, -lr_b * g_sum, ell)
-    means, ses = zip(*(sample_mean_se(x) for x in per), strict=True)
-    return Drift(*means, *ses)
-
-
-@float64
-def vector_field(
-    state: OrderParameters, activation, law, base, lr, lr_b, factor=1.0
-) -> OrderParameters:
-    """d(M, Q, b)/dt only (no errors): the right-hand side the ODE solver calls."""
-    lr_b = lr if lr_b is None else lr_b
-    eta, eta_b = lr * factor, lr_b * factor
-    g_nu, gl, g_g, g_sum = _mean_terms(state, activation, law, base)
-    dQ = -eta * (gl + gl.T) + eta**2 * g_g
-    return OrderParameters(-eta * g_nu, 0.5 * (dQ + dQ.T), -eta_b * g_sum)
-
-
-def flatten(state: OrderParameters) -> Array:
-    """(M, Q, b) → one vector (H·F + H·H + H,)."""
-    return jnp.concatenate([state.M.ravel(), state.Q.ravel(), state.b.ravel()])
-
-
-def unflatten(x: Array, H: int, F: int) -> OrderParameters:
-    M = x[: H * F].reshape(H, F)
-    Q = x[H * F : H * F + H * H].reshape(H, H)
-    return OrderParameters(M, Q, x[H * F + H * H :])
-
-
-@float64
-def drift_and_jacobian(
-    state: OrderParameters, activation, law, base, lr=1.0, lr_b=None, jitter=0.0
-):
+def drift_and_jacobian(problem: DriftProblem, state: OrderParameters, jitter=0.0):
     """The drift at ``state`` and its Jacobian ∂(drift)/∂(M, Q, b) by ``jax.jacfwd``.
 
     Both act on the flat vector of :func:`flatten` (M row-major, then Q, then b), so fixed points
     can be found (drift = 0) and classified (eigenvalues of the Jacobian). Q's entries are treated
     as independent coordinates; the drift keeps Q symmetric.
 
-    The common-random-number estimate uses √(Q − MMᵀ), whose derivative is infinite where that
-    matrix is singular (keys inside span(K*), e.g. the constructed Bayes-softmax optimum). Such a
-    state is refused unless ``jitter`` > 0, which evaluates at Q + jitter·I instead.
+    The sampled estimate uses √(Q − MMᵀ), whose derivative is infinite where that matrix is
+    singular (keys inside span(K*), e.g. the constructed Bayes-softmax optimum). Such a state is
+    refused unless ``jitter`` > 0, which evaluates at Q + jitter·I instead (the exact method's
+    η-linear part needs no root; its sampled η² term does, when kept).
     """
     H, F = state.M.shape
     Q = state.Q + jitter * jnp.eye(H, dtype=state.Q.dtype)
+    needs_root = not (isinstance(problem.method, Exact) and not problem.eta2)
     smallest = float(jnp.linalg.eigvalsh(Q - state.M @ state.M.T).min())
-    if smallest <= 1e-10 * max(1.0, float(jnp.trace(Q))):
+    if needs_root and smallest <= 1e-10 * max(1.0, float(jnp.trace(Q))):
         raise ValueError(
             f"Q − MMᵀ is singular here (smallest eigenvalue {smallest:.3g}): the Jacobian of the "
-            "Monte-Carlo drift is infinite; fix: pass jitter > 0 (e.g. 1e-6)"
+            "sampled drift is infinite; fix: pass jitter > 0 (e.g. 1e-6), or use the exact "
+            "method without the η² term"
         )
-    state = OrderParameters(state.M, Q, state.b)
+    x = flatten(OrderParameters(state.M, Q, state.b))
+    return _value_and_jacobian(problem, x, H, F)
 
+
+@eqx.filter_jit
+def _value_and_jacobian(problem: DriftProblem, x, H: int, F: int):
     def f(x):
-        return flatten(vector_field(unflatten(x, H, F), activation, law, base, lr, lr_b))
+        return flatten(problem.field_at(unflatten(x, H, F)))
 
-    x = flatten(state)
     return f(x), jax.jacfwd(f)(x)
 
 
 # ============================================================================ integration
 def _rhs(t, y, args):
-    activation, law, base, lr, lr_b, schedule = args
-    return vector_field(OrderParameters(*y), activation, law, base, lr, lr_b, schedule(t))
+    problem, schedule = args
+    return problem.field_at(OrderParameters(*y), schedule(t))
 
 
 @eqx.filter_jit
@@ -255,19 +139,16 @@ def _keep_alive(alive: Array, new, old):
 def integrate(
     y0: OrderParameters,
     ts: np.ndarray,
-    activation: Activation,
-    law: LatentLaw,
-    drift_base: BaseSamples,
+    problem: DriftProblem,
     risk_base: BaseSamples,
-    lr,
-    lr_b,
     schedule: Callable,
     rtol: float = 1e-5,
     atol: float = 1e-7,
     max_steps: int = 100_000,
     progress: Callable[[float, float], None] | None = None,
 ) -> tuple[list[Observation], np.ndarray, int]:
-    """Integrate every initial state of ``y0`` (leading seed axis) along the grid ``ts``.
+    """Integrate every initial state of ``y0`` (leading seed axis) along the grid ``ts``: the
+    drift of ``problem`` at learning rates η·schedule(t).
 
     Returns the observations at each grid point (NumPy; the risk on ``risk_base``, no held-out
     loss), each seed's failure time (NaN if none: the solver failed or the state became
@@ -275,8 +156,9 @@ def integrate(
     (max over seeds, summed over segments). ``progress(t, T)`` is called at every grid point.
     """
     S = y0.M.shape[0]
+    law = problem.law
     J = law.n_atoms
-    args = (activation, law, drift_base, jnp.asarray(lr), jnp.asarray(lr_b), schedule)
+    args = (problem, schedule)
     y = y0
     fail_t = np.full(S, np.nan)
     alive = np.ones(S, bool)
@@ -294,7 +176,7 @@ def integrate(
             fail_t[newly] = ts[k - 1]
             alive &= ok
             y = _keep_alive(jnp.asarray(alive), y_new, y)
-        r = _observe(y, activation, law, risk_base)
+        r = _observe(y, problem.activation, law, risk_base)
         nanS = np.full(S, np.nan)
         obs.append(
             Observation(

@@ -27,14 +27,11 @@ from typing import NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from headspec.core.attention import Activation
-from headspec.core.latent import LatentLaw
-from headspec.core.observables import BaseSamples
 from headspec.core.precision import float64
 from headspec.core.schedules import Schedule
 from headspec.dynamics.fixed_points import FixedPoint, find_fixed_point, is_fixed
 from headspec.dynamics.jacobian import Mode, drift_jacobian, modes
-from headspec.dynamics.ode import OrderParameters, drift
+from headspec.dynamics.problem import DriftProblem, OrderParameters
 
 
 def group_heads(Q: np.ndarray, group_cos: float = 0.98) -> list[list[int]]:
@@ -141,14 +138,7 @@ def _se(m: Mode) -> float:
 
 @float64
 def polish(
-    state: OrderParameters,
-    activation: Activation,
-    law: LatentLaw,
-    base: BaseSamples,
-    lr: float = 1.0,
-    lr_b: float | None = None,
-    eta2: bool = True,
-    group_cos: float = 0.98,
+    state: OrderParameters, problem: DriftProblem, group_cos: float = 0.98
 ) -> tuple[FixedPoint, list[list[int]], OrderParameters]:
     """The fixed point nearest a trajectory's state with its heads grouped by ``group_cos``.
 
@@ -157,8 +147,7 @@ def polish(
     """
     groups = group_heads(state.Q, group_cos)
     sizes = tuple(len(g) for g in groups)
-    fp = find_fixed_point(_grouped_guess(state, groups), sizes, activation, law, base, lr, lr_b,
-                          eta2)  # fmt: skip
+    fp = find_fixed_point(_grouped_guess(state, groups), sizes, problem)
     inv = np.argsort(np.concatenate(groups))  # trajectory head h sits at position inv[h]
     M, Q, b = (np.asarray(x) for x in fp.state)
     back = OrderParameters(
@@ -170,21 +159,16 @@ def polish(
 @float64
 def saddle_at(
     state: OrderParameters,
-    activation: Activation,
-    law: LatentLaw,
-    base: BaseSamples,
-    lr: float = 1.0,
-    lr_b: float | None = None,
-    eta2: bool = True,
+    problem: DriftProblem,
     group_cos: float = 0.98,
     stretch: dict | None = None,
 ) -> Saddle:
     """Polish one trajectory state into a fixed point and take its spectrum (see module)."""
     st = OrderParameters(*(jnp.asarray(x, jnp.float64) for x in state))
     H, F = st.M.shape
-    before = drift(st, activation, law, base, lr, lr_b, eta2)
-    fp, groups, fixed = polish(st, activation, law, base, lr, lr_b, eta2, group_cos)
-    jac = drift_jacobian(fixed, activation, law, base, lr, lr_b, eta2, keep_samples=True)
+    before = problem.drift(st)
+    fp, groups, fixed = polish(st, problem, group_cos)
+    jac = drift_jacobian(problem, fixed, keep_samples=True)
     dist = max(float(jnp.abs(a - b).max()) for a, b in zip(st, fixed, strict=True))
     stretch = stretch or {}
     return Saddle(
@@ -208,13 +192,8 @@ def saddle_chain(
     t: np.ndarray,
     risk: np.ndarray,
     states: OrderParameters,
-    activation: Activation,
-    law: LatentLaw,
-    base: BaseSamples,
-    lr: float = 1.0,
-    lr_b: float | None = None,
+    problem: DriftProblem,
     schedule: Schedule | None = None,
-    eta2: bool = True,
     group_cos: float = 0.98,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[Saddle]:
@@ -227,14 +206,14 @@ def saddle_chain(
     """
     from headspec.dynamics.analysis import slow_stretches
 
-    lr_b = lr if lr_b is None else lr_b
     stretches = slow_stretches(t, risk)
     out = []
     for i, s in enumerate(stretches):
         k = s["index"]
         f = 1.0 if schedule is None else float(schedule(jnp.asarray(t[k])))
         st = OrderParameters(*(np.asarray(x)[k] for x in states))
-        out.append(saddle_at(st, activation, law, base, lr * f, lr_b * f, eta2, group_cos, s))
+        at = problem.with_lr(problem.lr * f, problem.lr_b * f)
+        out.append(saddle_at(st, at, group_cos, s))
         if progress is not None:
             progress(i + 1, len(stretches))
     return out

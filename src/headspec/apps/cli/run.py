@@ -321,13 +321,14 @@ def theory(
         overrides.append(f"seed={seed}")
     cfg = load_or_fail(TheoryConfig, config, overrides, out_path, base=base)
 
+    from headspec.conventions import build
     from headspec.conventions.runs import solve
 
     m, tk = cfg.model, cfg.task
     banner("theory", [m.activation, f"H = {m.H}", f"L = {tk.L}", f"{tk.latent.kind} law",
                       f"η = {cfg.train.lr:g}", f"T = {cfg.train.T:g}",
                       f"init {cfg.theory.init.kind}",
-                      f"{cfg.theory.sampler} with n = {cfg.theory.n}"])  # fmt: skip
+                      f"{build.theory_method(cfg)} drift, n = {cfg.theory.n}"])  # fmt: skip
     with progress_bar("t = {task.completed:.3g} / {task.total:.3g}", eta=False) as bar:
         job = bar.add_task("compiling…", total=cfg.train.T)
 

@@ -43,9 +43,19 @@ def saddles(
     n: Annotated[
         int,
         typer.Option(
-            "--n", min=2, help="Base samples of drift and Jacobian (exact over discrete atoms)."
+            "--n",
+            min=2,
+            help="Base samples of the sampled terms (exact: the η² term only; qmc, mc: all).",
         ),
     ] = 2048,
+    method: Annotated[
+        str,
+        typer.Option(
+            "--method",
+            help="exact (the η-linear drift from the exact risk: eigenvalues without sampling "
+            "error under --gradient-flow), qmc or mc (every term on --n samples).",
+        ),
+    ] = "exact",
     gradient_flow: Annotated[
         bool,
         typer.Option(
@@ -81,6 +91,8 @@ def saddles(
     from headspec.conventions.config import TheoryConfig
 
     fmts = check_formats(formats)
+    if method not in ("exact", "qmc", "mc"):
+        fail(f"--method {method!r} is not one of exact, qmc, mc; fix: --method exact")
     if out_path.suffix == ".json":
         fail("--out is the netCDF file (the JSON goes beside it); fix: give a name ending in .nc")
     if from_ is not None:
@@ -93,7 +105,7 @@ def saddles(
         overrides = list(set_ or []) + ["seeds=1"] + ([] if seed is None else [f"seed={seed}"])
         cfg = load_or_fail(TheoryConfig, config, overrides, out_path)
         ds, i, source = _solve(cfg), 0, "ode"
-    _analyse(ds, i, n, not gradient_flow, group_cos, out_path, fmts, source)
+    _analyse(ds, i, n, not gradient_flow, group_cos, out_path, fmts, source, method)
 
 
 def _solve(cfg):
@@ -111,7 +123,7 @@ def _solve(cfg):
             fail(str(e))
 
 
-def _analyse(ds, i, n, eta2, group_cos, out_path, fmts, source):
+def _analyse(ds, i, n, eta2, group_cos, out_path, fmts, source, method):
     from headspec.apps.plots import plot_saddles
     from headspec.conventions.io import write_json_atomic
     from headspec.conventions.results import save
@@ -123,8 +135,9 @@ def _analyse(ds, i, n, eta2, group_cos, out_path, fmts, source):
         def progress(done, total):
             bar.update(job, completed=done, total=total)
 
-        found = find_saddles(ds, i, n, eta2, group_cos, progress)
-    sd = to_dataset(found, ds, i, eta2=eta2, group_cos=group_cos, n=n, source=source)
+        found = find_saddles(ds, i, n, eta2, group_cos, progress, method)
+    sd = to_dataset(found, ds, i, eta2=eta2, group_cos=group_cos, n=n, source=source,
+                    method=method)  # fmt: skip
     out.print(_table(found, sd))
     if not found:
         err.print("no slow stretch between drops in this trajectory (nothing to polish); try a "

@@ -151,18 +151,15 @@ def classify(ds, t_index: int, n: int, group_cos: float) -> dict:
     """Fixed point nearest the state of seed 0 at ``t_index`` and its spectrum
     (``headspec.dynamics.saddles.saddle_at``): minimum or saddle."""
     from headspec.conventions import build
-    from headspec.core.observables import BaseSamples
-    from headspec.dynamics.ode import OrderParameters
+    from headspec.dynamics.problem import OrderParameters
     from headspec.dynamics.saddles import saddle_at
 
     cfg = config_model(ds)
     law = cfg.task.latent.build()
-    lr, lr_b = build.learning_rates(cfg.train)
     st = ds.isel(seed=0, t=t_index)
     state = OrderParameters(*(np.asarray(st[v].values, float) for v in ("M", "Q", "b")))
-    base = BaseSamples.sobol(0, law, cfg.task.L, ds.sizes["head"], n)
-    sad = saddle_at(state, build.activation(cfg.model), law, base, float(lr), float(lr_b),
-                    True, group_cos)  # fmt: skip
+    problem = build.analysis_problem(cfg, law, ds.sizes["head"], n)
+    sad = saddle_at(state, problem, group_cos)
     nz = [m for m in sad.modes if not m.zero]
     lead = nz[0] if nz else None
     se = lambda m: 0.0 if np.isnan(m.se) else m.se  # noqa: E731

@@ -137,8 +137,7 @@ def predicted_slope(ds, seed_index: int, n: int, together_cos: float = 0.99) -> 
     when the heads are never together or the fixed point has no unstable mode."""
     from headspec.conventions import build
     from headspec.conventions.runs import config_model
-    from headspec.core.observables import BaseSamples
-    from headspec.dynamics.ode import OrderParameters
+    from headspec.dynamics.problem import OrderParameters
     from headspec.dynamics.saddles import saddle_at
 
     one = ds.isel(seed=seed_index)
@@ -152,12 +151,9 @@ def predicted_slope(ds, seed_index: int, n: int, together_cos: float = 0.99) -> 
     k = int(np.argmin(np.where(ok, slope, np.inf)))
     cfg = config_model(ds)
     law = cfg.task.latent.build()
-    H = ds.sizes["head"]
-    base = BaseSamples.sobol(0, law, cfg.task.L, H, n).head_cyclic()
-    lr, lr_b = build.learning_rates(cfg.train)
+    problem = build.analysis_problem(cfg, law, ds.sizes["head"], n, cyclic=True)
     state = OrderParameters(*(one[v].values[k] for v in ("M", "Q", "b")))
-    s = saddle_at(state, build.activation(cfg.model), law, base, float(lr), float(lr_b),
-                  eta2=True)  # fmt: skip
+    s = saddle_at(state, problem)
     if not s.unstable:
         return None
     lam, se = float(s.unstable[0].eigenvalue.real), float(np.nan_to_num(s.unstable[0].se))

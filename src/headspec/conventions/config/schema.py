@@ -378,11 +378,18 @@ Init = Annotated[
 class TheoryOptions(StrictModel):
     """How the ODE's expectations are estimated and integrated."""
 
-    n: Annotated[int, Strict(), Field(ge=2)] = Field(
-        8192, description="base samples of the drift's expectations (common random numbers)"
+    method: Literal["auto", "exact", "qmc", "mc"] = Field(
+        "auto",
+        description="how the drift's expectations are evaluated: exact (the risk by quadrature, "
+        "the η-linear drift as its gradient; only the η² term sampled, on n scrambled Sobol "
+        "samples), qmc (every term on n scrambled Sobol samples), mc (on n Monte-Carlo samples). "
+        "auto: exact, except Bayes-softmax with model.H ≥ 4 heads (qmc: exact quadrature is out "
+        "of reach there)",
     )
-    sampler: Literal["mc", "sobol"] = Field(
-        "sobol", description="plain Monte Carlo or scrambled Sobol quasi-Monte Carlo"
+    n: Annotated[int, Strict(), Field(ge=2)] = Field(
+        8192,
+        description="base samples of the sampled expectations (common random numbers): every "
+        "term for qmc and mc, the η² term for exact",
     )
     sample_seed: Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)] = 0
     rtol: float = Field(1e-5, gt=0, description="relative tolerance of the adaptive solver")
@@ -391,6 +398,7 @@ class TheoryOptions(StrictModel):
         100_000, description="solver steps allowed between two grid points"
     )
     init: Init = Field(default_factory=PerturbedInit)
+    _sampler = model_validator(mode="before")(lambda data: _legacy_sampler(data))
     head_cyclic: Literal["auto"] | bool = Field(
         "auto",
         description="drift samples closed under cyclic shifts of the heads (cost × H), so that "
@@ -398,6 +406,28 @@ class TheoryOptions(StrictModel):
         "perturbed init when task.D > theory.n — there the samples' O(1/√n) asymmetry would "
         "exceed the initial O(1/√D) head differences and decide when heads separate",
     )
+
+
+def _legacy_sampler(data):
+    """``theory.sampler`` (before the exact method): "sobol" is method = "qmc", "mc" is "mc".
+    Accepted on input, so that older configs and result files still load."""
+    if not isinstance(data, dict) or "sampler" not in data:
+        return data
+    data = dict(data)
+    sampler = data.pop("sampler")
+    if sampler not in ("sobol", "mc"):
+        raise ValueError(
+            f"theory.sampler = {sampler!r} is not one of 'sobol', 'mc'; fix: use theory.method "
+            '= "qmc" (scrambled Sobol), "mc" or "exact" (theory.sampler is the older name)'
+        )
+    method = {"sobol": "qmc", "mc": "mc"}[sampler]
+    if data.get("method", "auto") not in ("auto", method):
+        raise ValueError(
+            f"theory.sampler = {sampler!r} contradicts theory.method = {data['method']!r}; fix: "
+            "give theory.method alone"
+        )
+    data["method"] = method
+    return data
 
 
 class TheoryConfig(_RunConfig):

@@ -82,7 +82,7 @@ from headspec.dynamics.noise import (
     sym_size,
     unflat_sym,
 )
-from headspec.dynamics.ode import OrderParameters
+from headspec.dynamics.problem import DriftProblem, OrderParameters
 
 Array = jax.Array
 
@@ -142,14 +142,14 @@ class DiffusionEngine(Engine):
         import diffrax
 
         H, F = self.H, self.law.F
-        act, law, base, lr, lr_b = self.activation, self.law, self.base, self.lr, self.lr_b
+        problem = DriftProblem.sampled(self.activation, self.law, self.base, self.lr, self.lr_b)
 
         def moments(t, x):
             st = unflat_sym(x, H, F)
-            b = self._fresh_base(sample_key, t) if self.resample else base
+            b = self._fresh_base(sample_key, t) if self.resample else self.base
             return increment_moments(
-                st, act, law, b, lr, lr_b, self.schedule(t), self.gram,
-                resampled=self.D * self.dt if self.resample else None, orbit=self.orbit,
+                st, problem, self.schedule(t), self.gram,
+                resampled=self.D * self.dt if self.resample else None, orbit=self.orbit, base=b,
             )  # fmt: skip
 
         sample_key = jax.random.fold_in(key, 0x7273)  # "rs": the seed's fresh samples

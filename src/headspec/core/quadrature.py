@@ -1,0 +1,409 @@
+"""Quadrature rules for the exact D → ∞ risk (:mod:`headspec.core.exact`): Gaussian moments of the
+kernels g_a(x) = e^{ax − e^x} with Price's-theorem derivatives, and the log-u grids.
+
+Every token of a sequence enters the risk through Gaussian expectations of products of g_a:
+one head (:func:`moments1`: E g_a(w + s), s ~ N(m, σ²)), a pair of heads (:func:`moments2`:
+E g_a(w + s_h) g_b(v + s_h')), or all heads of a Bayes-softmax (:func:`moments_multi`:
+E Π_h g_{a_h}(w + s_h)). Each is a ``jax.custom_jvp`` by Price's theorem,
+dE f = E[∇f]·dm + ½ tr(dC E[∇²f]); since g_a' = a g_a − g_{a+1} the tangent needs only the same
+moments at a + 1 and a + 2, so no square root of a covariance is ever differentiated and
+derivatives of any order are finite at singular covariances. :class:`Quadrature` holds the node
+counts (static: one compiled program per choice). The rules themselves are described in
+:mod:`headspec.core.exact`.
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> from headspec.core.precision import float64_context
+    >>> with float64_context():              # E exp(−e^{w+s}) for s ~ N(0, 1) at w = 0, 1
+    ...     e = moments1(jnp.zeros(1), jnp.ones(1), jnp.array([[0.0, 1.0]]), 1, 160, 7.0)
+    >>> e.shape, bool(e[0, 0, 0] > e[0, 0, 1])     # (T, orders a, w): decreasing in w
+    ((1, 1, 2), True)
+"""
+
+from __future__ import annotations
+
+import functools
+import statistics
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+sg = jax.lax.stop_gradient
+
+X_CUT = 3.3  # g_0(x) = exp(−e^x) < 2e-12 beyond this x
+EPS_TAIL = 1e-12  # the mass left out by the grids' upper ends
+
+
+class Quadrature(eqx.Module):
+    """Node counts and tolerances of :func:`exact_risk` (all static: one compilation each).
+
+    The accuracy is set by the score grids' spacing 2·window·√Q_hh/(n_s − 1): below ≈ 0.5 the
+    risk and its gradient converge to ≲ 1e-9 (measured at E1's states, benchmarks/
+    bench_exact.py); above it the error grows fast (4e-6 in ∇R at 0.62). The defaults keep
+    √Q_hh ≤ 5.6 (Q_hh ≤ 32) below that spacing; for larger keys raise n_s ≈ 28·√Q_hh (the cost
+    grows linearly in n_s). n_w sets the log-u grids (48: ∇R to ≈ 3e-9 on E1's common phase,
+    64: to 1e-12, at 1.4× the cost).
+    """
+
+    n_w: int = eqx.field(static=True, default=48)  # log-u nodes per head (softmax, softmax-1)
+    n_s: int = eqx.field(static=True, default=160)  # nodes per score grid
+    n_inner: int = eqx.field(static=True, default=64)  # inner nodes of the blurred-kernel tables
+    n_table: int = eqx.field(static=True, default=512)  # nodes of those tables
+    n_bayes: int = eqx.field(static=True, default=64)  # nodes per head but one (Bayes-softmax)
+    n_w_bayes: int = eqx.field(static=True, default=128)  # log-u nodes (Bayes-softmax)
+    window: float = eqx.field(static=True, default=7.0)  # score grids: m ± window·σ
+    tail: float = eqx.field(static=True, default=14.0)  # w below −(top score) down to this
+    resolve: float = eqx.field(static=True, default=1.1)  # pair grid: τ ≥ resolve·spacing
+
+
+def _expo(x: Array) -> Array:
+    """e^x with x clipped to ±300: a product of three such factors stays finite and non-zero."""
+    return jnp.exp(jnp.clip(x, -300.0, 300.0))
+
+
+def _g_of(E: Array, A: int) -> Array:
+    """g_a = E^a e^{−E} for a = 0..A−1 from E = e^x ≥ 0, on a new leading axis: (A, *E.shape).
+
+    E is capped at 1e20 (where every g_a is 0 in float64), so E^a e^{−E} never meets inf·0."""
+    E = jnp.minimum(E, 1e20)
+    out = [jnp.exp(-E)]
+    for _ in range(1, A):
+        out.append(out[-1] * E)
+    return jnp.stack(out)  # (A, ...)
+
+
+def _g_outer(w: Array, s: Array, A: int) -> Array:
+    """g_a(w_i + s_k) for a = 0..A−1: (A, n_w, n_s), one exponential per entry (e^w e^s)."""
+    c = jnp.mean(w)  # centring keeps both factors in range
+    return _g_of(_expo(w - c)[:, None] * _expo(s + c)[None, :], A)  # (A, n_w, n_s)
+
+
+def _price_coefficients(A: int):
+    """Index arrays for g_a' = a g_a − g_{a+1}, g_a'' = a² g_a − (2a+1) g_{a+1} + g_{a+2}."""
+    a = np.arange(A, dtype=np.float64)
+    return a, a**2, 2 * a + 1
+
+
+def _score_nodes(m: Array, sd: Array, n: int, window: float):
+    """Trapezoid nodes s (n,) on m ± window·sd with normalised Gaussian weights p (n,)."""
+    z = jnp.linspace(-window, window, n, dtype=m.dtype)  # (n,)
+    p = jnp.exp(-0.5 * z**2)
+    return m + sd * z, p / p.sum()  # (n,), (n,)
+
+
+# --------------------------------------------------------------------- one score: e_a(w) = E g_a
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4, 5))
+def moments1(m: Array, var: Array, w: Array, A: int, n_s: int, window: float) -> Array:
+    """e[t, a, i] = E g_a(w[t, i] + s), s ~ N(m[t], var[t]): (T, A, n_w)."""
+
+    def one(m, var, w):
+        s, p = _score_nodes(m, jnp.sqrt(jnp.maximum(var, 0.0)), n_s, window)  # (n_s,) ×2
+        return _g_outer(w, s, A) @ p  # (A, n_w)
+
+    return jax.vmap(one)(sg(m), sg(var), sg(w))
+
+
+@moments1.defjvp
+def _moments1_jvp(A, n_s, window, primals, tangents):
+    m, var, w = primals
+    dm, dvar, dw = tangents
+    E = moments1(m, var, w, A + 2, n_s, window)  # (T, A+2, n_w)
+    a, a2, a21 = (jnp.asarray(c)[None, :, None] for c in _price_coefficients(A))
+    e0, e1, e2 = E[:, :A], E[:, 1 : A + 1], E[:, 2 : A + 2]  # (T, A, n_w) each
+    d1 = a * e0 - e1  # E g_a'
+    d2 = a2 * e0 - a21 * e1 + e2  # E g_a''
+    shift = dm[:, None, None] + dw[:, None, :]  # (T, 1, n_w)
+    return e0, shift * d1 + 0.5 * dvar[:, None, None] * d2
+
+
+TAYLOR = 8  # terms of the Taylor interpolation of a blurred kernel between table nodes
+
+
+@functools.cache
+def _derivative_coefficients(A: int) -> np.ndarray:
+    """c[b, k, j] with d^k/dx^k g_b = Σ_j c[b, k, j] g_{b+j} (from g_a' = a g_a − g_{a+1})."""
+    c = np.zeros((A, TAYLOR, TAYLOR))
+    c[:, 0, 0] = 1.0
+    for b in range(A):
+        for k in range(TAYLOR - 1):
+            for j in range(k + 1):
+                c[b, k + 1, j] += (b + j) * c[b, k, j]
+                c[b, k + 1, j + 1] -= c[b, k, j]
+    return c
+
+
+def _blur_table(tau: Array, lo: Array, hi: Array, A: int, quad: Quadrature):
+    """Taylor coefficients D[b, k, i] = G_b^(k)(t_i)/k! of G_b(y) = E_z g_b(y + τz), b < A, on
+    ``n_table`` nodes t (lo..hi): (A, 8, n_t), and the nodes t (n_t,).
+
+    τ < 0.95: an ``n_inner``-node trapezoid in z (spacing min(0.7, 2π/(21τ + 6)): its aliasing
+    reaches g_b only beyond frequency ≈ 21), with the derivatives as combinations of g_{b..b+7}.
+    τ ≥ 0.95: the convolution ∫ g_b(x) ∂_t^k N(x − t; τ) dx by the trapezoid rule on
+    ``n_table`` nodes in x (spacing ≤ τ/2), with ∂_t^k N = τ^{−k} He_k((x − t)/τ) N."""
+    n = quad.n_table
+    dtype = lo.dtype
+    t = jnp.linspace(lo, hi, n, dtype=dtype)  # (n_t,)
+    fact = jnp.asarray([float(np.prod(range(1, k + 1))) for k in range(TAYLOR)], dtype)
+
+    def inner(_):
+        nz = quad.n_inner
+        hz = jnp.minimum(0.7, 2 * np.pi / (21.0 * tau + 6.0))
+        z = hz * (jnp.arange(nz, dtype=dtype) - 0.5 * (nz - 1))  # (n_z,)
+        q = jnp.exp(-0.5 * z**2)
+        q = q / q.sum()
+        c = 0.5 * (lo + hi)
+        E = jnp.minimum(_expo(t - c)[:, None] * _expo(tau * z + c)[None, :], 1e20)  # (n_t, n_z)
+        g = jnp.exp(-E) * q  # (n_t, n_z)
+        rows = []
+        for _ in range(A + TAYLOR - 1):
+            rows.append(g.sum(-1))  # (n_t,)
+            g = g * E
+        T = jnp.stack(rows)  # (A+7, n_t): G_a on the nodes
+        coef = jnp.asarray(_derivative_coefficients(A), dtype)  # (A, 8, 8)
+        idx = np.arange(A)[:, None] + np.arange(TAYLOR)[None, :]  # (A, 8)
+        return jnp.einsum("bkj,bjt->bkt", coef, T[idx]) / fact[:, None]  # (A, 8, n_t)
+
+    def conv(_):
+        x = jnp.linspace(lo - 8.5 * tau, jnp.maximum(hi, X_CUT + 1.0), n, dtype=dtype)  # (n_x,)
+        dx = x[1] - x[0]
+        u = (x[None, :] - t[:, None]) / tau  # (n_t, n_x)
+        K0 = jnp.exp(-0.5 * u**2) * (dx / (tau * np.sqrt(2 * np.pi)))  # (n_t, n_x)
+        He = [jnp.ones_like(u), u]
+        for k in range(1, TAYLOR - 1):
+            He.append(u * He[k] - k * He[k - 1])
+        K = jnp.stack(He) * K0 / (tau ** jnp.arange(TAYLOR, dtype=dtype))[:, None, None]
+        c = jnp.mean(x)
+        G = _g_of(_expo(x - c) * _expo(c), A)  # (A, n_x)
+        return jnp.einsum("bx,ktx->bkt", G, K) / fact[:, None]  # (A, 8, n_t)
+
+    return jax.lax.cond(tau < 0.95, inner, conv, None), t
+
+
+def _blurred_at(y: Array, tau: Array, A: int, quad: Quadrature) -> Array:
+    """G_b(y) = E_z g_b(y + τz), z ~ N(0, 1), b = 0..A−1, at any points y: (A, *y.shape).
+
+    From :func:`_blur_table` over the range of y where G_b varies (G_0 = 1 and G_{b>0} = 0
+    below it, all 0 above it): the Taylor series of order 7 about the nearest node (error
+    ≈ (δ/2)⁸/8! · |G⁽⁸⁾| at spacing δ)."""
+    lo = jnp.maximum(jnp.min(y), -42.0 - 8.5 * tau)
+    hi = jnp.maximum(jnp.minimum(jnp.max(y), X_CUT + 1.0 + 8.5 * tau), lo + 1.0)
+    D, t = _blur_table(tau, lo, hi, A, quad)  # (A, 8, n_t), (n_t,)
+    dt = t[1] - t[0]
+    pos = (jnp.clip(y, lo, hi) - lo) / dt
+    i = jnp.clip(jnp.round(pos), 0, quad.n_table - 1).astype(jnp.int32)  # (...)
+    eps = y - (lo + i * dt)  # (...)
+    Dk = D[:, :, i]  # (A, 8, ...)
+    out = Dk[:, -1]
+    for k in range(TAYLOR - 2, -1, -1):
+        out = out * eps + Dk[:, k]  # Horner
+    below = (y < lo)[None]
+    first = (jnp.arange(A) == 0).reshape((A,) + (1,) * y.ndim)
+    out = jnp.where(below, jnp.where(first, 1.0, 0.0), out)
+    return jnp.where((y > hi)[None], 0.0, out)  # (A, ...)
+
+
+# ----------------------------------------------------------- a pair: F_ab(w, v) = E g_a g_b
+def _pair_table(m, C, w, v, A, quad: Quadrature):
+    """F[a, b, i, j] = E g_a(w_i + s_1) g_b(v_j + s_2), s ~ N(m, C) (one token; no gradient)."""
+    n, Z = quad.n_s, quad.window
+    swap = C[1, 1] > C[0, 0]  # the outer score is the one with the larger variance
+    m = jnp.where(swap, m[::-1], m)
+    C = jnp.where(swap, C[::-1, ::-1], C)
+    w, v = jnp.where(swap, v, w), jnp.where(swap, w, v)
+    c11, c12, c22 = C[0, 0], 0.5 * (C[0, 1] + C[1, 0]), C[1, 1]
+    pos = c11 > 0
+    beta = jnp.where(pos, c12 / jnp.where(pos, c11, 1.0), 0.0)
+    tau = jnp.sqrt(jnp.maximum(c22 - beta * c12, 0.0))
+    sd2 = jnp.sqrt(jnp.maximum(c22, 0.0))
+    s1, p1 = _score_nodes(m[0], jnp.sqrt(jnp.maximum(c11, 0.0)), n, Z)  # (n_s,) ×2
+    mu = m[1] + beta * (s1 - m[0])  # (n_s,) conditional means of s_2
+    Ga = _g_outer(w, s1, A)  # (A, n_w, n_s)
+    spacing = 2 * Z * sd2 / (n - 1)
+
+    def grid(_):  # tensor grid, P[k, k'] = p(s1_k) p(s2_k' | s1_k)
+        s2 = m[1] + sd2 * jnp.linspace(-Z, Z, n, dtype=m.dtype)  # (n_s,)
+        r = (s2[None, :] - mu[:, None]) / jnp.maximum(tau, 1e-300)  # (n_s, n_s)
+        P = jnp.exp(-0.5 * r**2)
+        P = P * (p1 / jnp.maximum(P.sum(1), 1e-300))[:, None]  # (n_s, n_s)
+        Gb = _g_outer(v, s2, A)  # (A, n_w, n_s)
+        return jnp.einsum("aik,bjk->abij", Ga @ P, Gb)  # (A, A, n_w, n_w)
+
+    def inner(_):  # s_2 = μ(s_1) + τ z: G_b(y) = E_z g_b(y + τz) tabulated, then Taylor
+        Gb = _blurred_at(v[:, None] + mu[None, :], tau, A, quad)  # (A, n_w, n_s)
+        return jnp.einsum("aik,k,bjk->abij", Ga, p1, Gb)  # (A, A, n_w, n_w)
+
+    F = jax.lax.cond((tau >= quad.resolve * spacing) & (tau > 0), grid, inner, None)
+    return jnp.where(swap, jnp.transpose(F, (1, 0, 3, 2)), F)  # (A, A, n_w, n_w)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(4, 5))
+def moments2(m: Array, C: Array, w: Array, v: Array, A: int, quad: Quadrature) -> Array:
+    """F[t, a, b, i, j] = E g_a(w[t,i] + s_1) g_b(v[t,j] + s_2), s ~ N(m[t], C[t]):
+    (T, A, A, n_w, n_w)."""
+    xs = (sg(m), sg(C), sg(w), sg(v))
+    return jax.lax.map(lambda x: _pair_table(*x, A, quad), xs)
+
+
+@moments2.defjvp
+def _moments2_jvp(A, quad, primals, tangents):
+    m, C, w, v = primals
+    dm, dC, dw, dv = tangents
+    F = moments2(m, C, w, v, A + 2, quad)  # (T, A+2, A+2, n, n)
+    a, a2, a21 = (jnp.asarray(c) for c in _price_coefficients(A))
+    ai, a2i, a21i = (c[None, :, None, None, None] for c in (a, a2, a21))  # along a
+    bi, b2i, b21i = (c[None, None, :, None, None] for c in (a, a2, a21))  # along b
+    f = lambda i, j: F[:, i : i + A, j : j + A]  # noqa: E731  (T, A, A, n, n)
+    F00 = f(0, 0)
+    d1 = ai * F00 - f(1, 0)  # E g_a' g_b
+    d2 = bi * F00 - f(0, 1)  # E g_a g_b'
+    d11 = a2i * F00 - a21i * f(1, 0) + f(2, 0)
+    d22 = b2i * F00 - b21i * f(0, 1) + f(0, 2)
+    d12 = ai * bi * F00 - ai * f(0, 1) - bi * f(1, 0) + f(1, 1)
+
+    def per_token(x):  # (T,) → (T, 1, 1, 1, 1)
+        return x[:, None, None, None, None]
+
+    sh1 = per_token(dm[:, 0]) + dw[:, None, None, :, None]  # (T, 1, 1, n, 1)
+    sh2 = per_token(dm[:, 1]) + dv[:, None, None, None, :]  # (T, 1, 1, 1, n)
+    c11, c22 = per_token(dC[:, 0, 0]), per_token(dC[:, 1, 1])
+    c12 = per_token(dC[:, 0, 1] + dC[:, 1, 0])
+    dF = sh1 * d1 + sh2 * d2 + 0.5 * (c11 * d11 + c22 * d22 + c12 * d12)
+    return F00, dF
+
+
+# ------------------------------------------------------------------------- grids in w = log u
+def z_upper(k: int) -> float:
+    """z such that Φ̄(z)^k = EPS_TAIL: beyond m + zσ, k noise factors leave at most EPS_TAIL."""
+    return statistics.NormalDist().inv_cdf(1.0 - EPS_TAIL ** (1.0 / k))
+
+
+def w_grid(
+    means: Array,
+    var: Array,
+    noise_mean: Array,
+    noise_var: Array,
+    L: int,
+    kappa: float,
+    quad: Quadrature,
+):
+    """The w-grid of one head (n_w,) and its weights for tails e^{w} and e^{2w}: (n_w,) ×2.
+
+    ``means``/``var``: every token's score law of this head (noise and hidden), (T,).
+    """
+    means, var, noise_mean, noise_var = (sg(x) for x in (means, var, noise_mean, noise_var))
+    sd = jnp.sqrt(jnp.maximum(var, 0.0))
+    lo = -jnp.max(means + quad.window * sd) - quad.tail
+    if L >= 3:
+        hi = X_CUT - noise_mean + z_upper(L - 2) * jnp.sqrt(jnp.maximum(noise_var, 0.0))
+    else:
+        hi = X_CUT - jnp.min(means - quad.window * sd)
+    if kappa:
+        hi = jnp.minimum(hi, X_CUT)
+    hi = jnp.maximum(hi, lo + 1.0)
+    w = jnp.linspace(lo, hi, quad.n_w, dtype=means.dtype)  # (n_w,)
+    h = w[1] - w[0]
+    base = jnp.full((quad.n_w,), h).at[-1].set(0.5 * h)
+
+    def weights(r):  # first weight: h/2 plus the geometric tail Σ_{i≥1} e^{−r i h}
+        return base.at[0].set(0.5 * h / jnp.tanh(0.5 * r * h))
+
+    return w, weights(1.0), weights(2.0)
+
+
+# ------------------------------------------------------------------ laws: the hidden token(s)
+def _chol_psd(C: Array) -> Array:
+    """Lower L with L Lᵀ = C for a symmetric PSD C, singular allowed (a head that depends on the
+    earlier ones gets L_hh = 0 and zeros below). No gradient is taken through it."""
+    H = C.shape[0]
+    scale = jnp.maximum(jnp.max(jnp.diagonal(C)), 1e-300)
+    cols = []
+    for j in range(H):
+        prev = jnp.stack(cols, 1) if cols else jnp.zeros((H, 0), C.dtype)  # (H, j)
+        r = C[:, j] - prev @ prev[j]  # (H,)
+        d = r[j]
+        ok = d > 1e-13 * scale
+        ljj = jnp.sqrt(jnp.where(ok, d, 1.0))
+        col = jnp.where(ok, r / ljj, 0.0) * (jnp.arange(H) >= j)  # (H,)
+        cols.append(col)
+    return jnp.stack(cols, 1)  # (H, H)
+
+
+def _multi_table(m: Array, C: Array, w: Array, A: int, quad: Quadrature) -> Array:
+    """T[a_1, …, a_H, i] = E Π_h g_{a_h}(w_i + s_h), s ~ N(m, C) (one token; no gradient).
+
+    s_h = m_h + Σ_{k≤h} L_hk z_k (L from :func:`_chol_psd`): heads 1..H−1 on trapezoid grids of
+    ``n_bayes`` nodes in z_k, the last head given the others through its blurred kernel
+    (:func:`_blurred_at`). Cost: n_w · n_bayes^{H−1} · A² per token."""
+    H = m.shape[0]
+    n, Z = quad.n_bayes, quad.window
+    Lc = _chol_psd(0.5 * (C + C.T))  # (H, H)
+    z = jnp.linspace(-Z, Z, n, dtype=m.dtype)  # (n,)
+    p = jnp.exp(-0.5 * z**2)
+    p = p / p.sum()
+
+    def coord(h, upto):  # m_h + Σ_{k<upto} L_hk z_k over node axes k_0..k_{upto−1}
+        out = m[h]
+        for k in range(upto):
+            out = out + Lc[h, k] * z.reshape((1,) * k + (n,) + (1,) * (upto - 1 - k))
+        return jnp.broadcast_to(out, (n,) * upto)
+
+    mu = coord(H - 1, H - 1)  # (n,)*(H−1)
+    X = _blurred_at(w.reshape((-1,) + (1,) * (H - 1)) + mu[None], Lc[H - 1, H - 1], A, quad)
+    # X: (A, n_w, n, …, n); contract the node axes from the last head backwards
+    letters = "bcdefghopqrstuvxyz"
+    for h in range(H - 2, -1, -1):
+        s = coord(h, h + 1)  # (n,)*(h+1)
+        c = jnp.mean(w)
+        E = _expo(w - c).reshape((-1,) + (1,) * (h + 1)) * _expo(s + c)[None]  # (n_w, n…)
+        G = _g_of(E, A)  # (A, n_w, n, …, n)
+        B = letters[: H - 1 - h]  # the multi-index axes of the later heads
+        K = letters[-(h + 1) :]  # node axes k_0..k_h (last one summed)
+        X = jnp.einsum(f"aw{K},{B}w{K},{K[-1]}->a{B}w{K[:-1]}", G, X, p)
+    return X  # (A,)*H + (n_w,)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
+def moments_multi(m: Array, C: Array, w: Array, A: int, quad: Quadrature) -> Array:
+    """T[t, a_1..a_H, i] = E Π_h g_{a_h}(w[t, i] + s_h), s ~ N(m[t], C[t]): (T, A…A, n_w)."""
+    xs = (sg(m), sg(C), sg(w))
+    return jax.lax.map(lambda x: _multi_table(*x, A, quad), xs)
+
+
+@moments_multi.defjvp
+def _moments_multi_jvp(A, quad, primals, tangents):
+    m, C, w = primals
+    dm, dC, dw = tangents
+    H = m.shape[1]
+    F = moments_multi(m, C, w, A + 2, quad)  # (T, (A+2)×H, n_w)
+
+    def shifted(*offs):  # E Π g_{a_h + off_h}, a_h < A
+        sl = [slice(None)] + [slice(o, o + A) for o in offs] + [slice(None)]
+        return F[tuple(sl)]
+
+    def ax(h):  # a_h along its axis, broadcastable to (T, A…A, n_w)
+        return jnp.arange(A, dtype=F.dtype).reshape((1,) + (1,) * h + (A,) + (1,) * (H - h))
+
+    def e(h, k=1):
+        return tuple(k if j == h else 0 for j in range(H))
+
+    T0 = shifted(*(0,) * H)
+    bshape = (-1,) + (1,) * H + (1,)  # per token, broadcast over indices and w
+    dT = jnp.zeros_like(T0)
+    shift = dw.reshape((-1,) + (1,) * H + (w.shape[1],))  # (T, 1…1, n_w): w is every head's
+    for h in range(H):
+        a = ax(h)
+        d1 = a * T0 - shifted(*e(h))  # E ∂_h Π g
+        d2 = a**2 * T0 - (2 * a + 1) * shifted(*e(h)) + shifted(*e(h, 2))
+        dT = dT + (dm[:, h].reshape(bshape) + shift) * d1 + 0.5 * dC[:, h, h].reshape(bshape) * d2
+        for k in range(h + 1, H):
+            b = ax(k)
+            ek = tuple(int(j == h) + int(j == k) for j in range(H))
+            d12 = a * b * T0 - a * shifted(*e(k)) - b * shifted(*e(h)) + shifted(*ek)
+            dT = dT + 0.5 * (dC[:, h, k] + dC[:, k, h]).reshape(bshape) * d12
+    return T0, dT
+
+
+# ------------------------------------------------------------------------------- Bayes-softmax

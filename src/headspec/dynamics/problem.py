@@ -1,0 +1,362 @@
+"""The drift problem: what the order-parameter vector field of SPEC §5 needs besides the state.
+
+A :class:`DriftProblem` holds the activation, the latent law, L, the learning rates (traced: any
+η reuses the compiled programs), whether the η² term is kept, and the *method* that evaluates the
+expectations — one strategy object, so the drift, its Jacobian, the fixed points, the saddles and
+the diffusion engine's moments all go through the same code:
+
+- :class:`Sampled` ("mc", "qmc"): every expectation is an average over fixed base samples
+  (plain Monte Carlo or scrambled Sobol; common random numbers, exact over a discrete law's
+  atoms), with its sampling error;
+- :class:`Exact` ("exact"): the population risk R(M, Q, b) by deterministic quadrature
+  (:func:`headspec.core.exact.exact_risk`) and the η-linear drift as its metric gradient
+  (SPEC §5 (i)): with G = R_Q + R_Qᵀ (Q's entries as independent coordinates),
+
+      dM = −η (R_M + G M),   dQ_lin = −η [(R_M Mᵀ + G Q) + (R_M Mᵀ + G Q)ᵀ],   db = −η_b R_b;
+
+  only the η² term η² E[Σ_l g_l g_lᵀ] (a mean of a positive quantity) is sampled.
+
+With g_hl = ∂ℓ/∂s_hl of the per-sample loss ℓ(s) = ½ Σ_l (W_l(s) − 1[l=0])², one sample's
+increment ψ (its mean is the drift) is, on the flat layout (M row-major, all H² entries of Q, b)
+of :func:`flatten`,
+
+    ψ_M = −η Σ_l g_l ν_lᵀ,   ψ_Q = −η Σ_l (g_l λ_lᵀ + λ_l g_lᵀ) + η² Σ_l g_l g_lᵀ,
+    ψ_b = −η_b Σ_l g_l,
+
+written once: :func:`expect_terms` (g by ``jax.grad``) and :func:`increment`.
+
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> from headspec.core.latent import Spike
+    >>> from headspec.core.attention import Softmax
+    >>> from headspec.core.observables import BaseSamples
+    >>> law = Spike([2.0])
+    >>> base = BaseSamples.sobol(0, law, L=10, H=1, n=4096)
+    >>> at = OrderParameters(M=jnp.array([[0.5]]), Q=jnp.array([[0.5]]), b=jnp.zeros(1))
+    >>> sampled = DriftProblem(Softmax(), law, L=10, lr=1.0, method=Sampled(base))
+    >>> exact = DriftProblem(Softmax(), law, L=10, lr=1.0, method=Exact(base))
+    >>> d_s, d_e = sampled.drift(at), exact.drift(at)
+    >>> bool(abs(d_s.dM[0, 0] - d_e.dM[0, 0]) < 3 * d_s.dM_se[0, 0])   # same drift, two routes
+    True
+    >>> float(d_e.dM_se[0, 0])                                         # no sampling error left
+    0.0
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import ClassVar, NamedTuple
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+
+from headspec.core.attention import Activation
+from headspec.core.exact import Quadrature, exact_risk
+from headspec.core.latent import LatentLaw
+from headspec.core.linalg import psd_root
+from headspec.core.observables import (
+    BaseSamples,
+    RiskEstimate,
+    population_risk,
+    sample_loss,
+    token_projections,
+)
+from headspec.core.precision import float64, float64_context
+from headspec.core.stats import sample_mean_se
+
+Array = jax.Array
+
+
+class OrderParameters(NamedTuple):
+    """Order parameters: M (H, F) head–feature, Q (H, H) head–head overlaps, b (H,) biases."""
+
+    M: Array  # (H, F)
+    Q: Array  # (H, H)
+    b: Array  # (H,)
+
+
+class Drift(NamedTuple):
+    """d(M, Q, b)/dt and R at one state, with their standard errors (same shapes; 0 where a
+    method computes a term exactly)."""
+
+    dM: Array  # (H, F)
+    dQ: Array  # (H, H)
+    db: Array  # (H,)
+    R: Array  # ()
+    dM_se: Array
+    dQ_se: Array
+    db_se: Array
+    R_se: Array
+
+
+def flatten(state: OrderParameters) -> Array:
+    """(M, Q, b) → one vector (H·F + H·H + H,)."""
+    return jnp.concatenate([state.M.ravel(), state.Q.ravel(), state.b.ravel()])
+
+
+def unflatten(x: Array, H: int, F: int) -> OrderParameters:
+    """The inverse of :func:`flatten`."""
+    M = x[: H * F].reshape(H, F)
+    Q = x[H * F : H * F + H * H].reshape(H, H)
+    return OrderParameters(M, Q, x[H * F + H * H :])
+
+
+# ------------------------------------------------------------------ the per-sample integrand
+class SampleTerms(NamedTuple):
+    """What one sample contributes (leading axes: samples), g = ∂ℓ/∂s by ``jax.grad``."""
+
+    loss: Array  # (…,) ℓ
+    g_nu: Array  # (…, H, F) Σ_l g_l ν_lᵀ
+    g_lam: Array  # (…, H, H) Σ_l g_l λ_lᵀ
+    g_g: Array  # (…, H, H) Σ_l g_l g_lᵀ
+    g_sum: Array  # (…, H) Σ_l g_l
+
+
+def increment(terms: SampleTerms, lr, lr_b, eta2: bool) -> OrderParameters:
+    """One sample's increment ψ (its mean is the drift) from its terms (any leading axes)."""
+    gl = terms.g_lam
+    dQ = -lr * (gl + jnp.swapaxes(gl, -1, -2))  # (…, H, H)
+    if eta2:
+        dQ = dQ + lr**2 * terms.g_g
+    return OrderParameters(-lr * terms.g_nu, dQ, -lr_b * terms.g_sum)
+
+
+def expect_terms(state: OrderParameters, activation, law: LatentLaw, base: BaseSamples, contract):
+    """E over the law (exact over a discrete law's atoms) of ``contract(ν, λ, ℓ, g)`` on the base
+    samples: ν (n, L, F), λ (n, H, L), ℓ (n,), g = ∂ℓ/∂s (n, H, L), hidden token at l = 0.
+    √(Q − MMᵀ) tolerates singular Q (aligned heads)."""
+    M, Q, b = state
+    S = psd_root(Q - M @ M.T)  # (H, H)
+
+    def one(theta):  # θ (n, F)
+        nu, lam = token_projections(M, S, theta, base)  # (n, L, F), (n, H, L)
+        ell, g = jax.vmap(jax.value_and_grad(sample_loss), in_axes=(0, None))(
+            lam + b[:, None], activation
+        )  # (n,), (n, H, L)
+        return contract(nu, lam, ell, g)
+
+    return law.expect(one, base.theta)
+
+
+def per_sample_terms(nu, lam, ell, g) -> SampleTerms:
+    """The contraction of :func:`expect_terms` keeping the sample axis (for standard errors)."""
+    return SampleTerms(
+        ell,
+        jnp.einsum("nhl,nlf->nhf", g, nu),  # (n, H, F)
+        jnp.einsum("nhl,nkl->nhk", g, lam),  # (n, H, H)
+        jnp.einsum("nhl,nkl->nhk", g, g),  # (n, H, H)
+        g.sum(-1),  # (n, H)
+    )
+
+
+def mean_terms(nu, lam, ell, g) -> SampleTerms:
+    """The contraction of :func:`expect_terms` to means: one contraction over samples and
+    tokens each (no per-sample arrays)."""
+    n = nu.shape[0]
+    return SampleTerms(
+        ell.mean(),
+        jnp.einsum("nhl,nlf->hf", g, nu) / n,  # (H, F)
+        jnp.einsum("nhl,nkl->hk", g, lam) / n,  # (H, H)
+        jnp.einsum("nhl,nkl->hk", g, g) / n,  # (H, H)
+        g.sum((0, 2)) / n,  # (H,)
+    )
+
+
+# ------------------------------------------------------------------------------- methods
+class Method(eqx.Module):
+    """How the expectations of the drift are evaluated (a strategy of :class:`DriftProblem`):
+    from per-sample :class:`SampleTerms` of the state (on the method's ``base`` samples)."""
+
+    base: BaseSamples
+    name: str = eqx.field(static=True)
+    #: absolute accuracy of the drift and of its Jacobian's entries beyond their standard errors
+    #: (0: sampling error only)
+    accuracy: ClassVar[float] = 0.0
+    jacobian_accuracy: ClassVar[float] = 0.0
+
+    @abc.abstractmethod
+    def drift_from(self, problem: DriftProblem, state, terms, lr, lr_b) -> Drift:
+        """The drift and R at ``state``; ``terms(contract)`` gives the base samples' terms of the
+        state, contracted by :func:`per_sample_terms` or :func:`mean_terms` (only if needed)."""
+
+    def vector_field_from(self, problem: DriftProblem, state, terms, lr, lr_b):
+        """The drift only (what an ODE solver calls); by default the means of
+        :meth:`drift_from`."""
+        d = self.drift_from(problem, state, terms, lr, lr_b)
+        return OrderParameters(d.dM, d.dQ, d.db)
+
+
+class Sampled(Method):
+    """Every expectation averaged over fixed base samples: plain Monte Carlo ("mc") or scrambled
+    Sobol quasi-Monte Carlo ("qmc"), whichever ``base`` holds."""
+
+    def __init__(self, base: BaseSamples, name: str = "sampled"):
+        self.base, self.name = base, name
+
+    def drift_from(self, problem, state, terms, lr, lr_b):
+        t = terms(per_sample_terms)
+        psi = increment(t, lr, lr_b, problem.eta2)  # each (n, …)
+        means, ses = zip(*(sample_mean_se(x) for x in (*psi, t.loss)), strict=True)
+        return Drift(*means, *ses)
+
+    def vector_field_from(self, problem, state, terms, lr, lr_b):
+        return increment(terms(mean_terms), lr, lr_b, problem.eta2)
+
+
+#: a finer quadrature for analyses (fixed points, Jacobians, saddles): ~1.9× the default's cost
+FINE = Quadrature(n_w=64, n_s=224)
+
+
+class Exact(Method):
+    """R by quadrature (:func:`~headspec.core.exact.exact_risk`), the η-linear drift as its
+    metric gradient; the η² term averaged over ``base`` (its standard error is the only one)."""
+
+    quad: Quadrature
+    accuracy: float = eqx.field(static=True)
+    jacobian_accuracy: float = eqx.field(static=True)
+
+    def __init__(self, base: BaseSamples, quad: Quadrature | None = None):
+        self.base, self.name = base, "exact"
+        self.quad = Quadrature() if quad is None else quad
+        fine = self.quad.n_w >= FINE.n_w and self.quad.n_s >= FINE.n_s
+        # measured against a finer quadrature (n_w, n_s) = (96, 320) at E1's common phase (H = 2,
+        # η = 2) and in benchmarks/bench_exact.py: the drift (∇R, times η ≤ 3) to ≤ 1e-8 at the
+        # default nodes, Jacobian entries to 1.8e-5 at the default and 3e-8 at FINE; the
+        # floors of their "standard errors" in fixed-point tests and eigenvalue verdicts
+        self.accuracy = 1e-9 if fine else 1e-8
+        self.jacobian_accuracy = 1e-7 if fine else 3e-5
+
+    def risk_and_gradient(self, problem, state):
+        """R and (R_M, R_Q, R_b) by quadrature (Q's entries as independent coordinates)."""
+
+        def R(M, Q, b):
+            return exact_risk(M, Q, b, problem.activation, problem.law, problem.L, self.quad).mean
+
+        return jax.value_and_grad(R, argnums=(0, 1, 2))(*state)
+
+    def linear(self, problem, state, lr, lr_b) -> tuple[Array, OrderParameters]:
+        """R and the η-linear drift (SPEC §5 (i)): −η(R_M + GM), −η[(R_M Mᵀ + GQ) + ᵀ], −η_b R_b."""
+        M, Q, _ = state
+        R, (R_M, R_Q, R_b) = self.risk_and_gradient(problem, state)
+        G = R_Q + R_Q.T  # (H, H)
+        P = R_M @ M.T + G @ Q  # (H, H)
+        return R, OrderParameters(-lr * (R_M + G @ M), -lr * (P + P.T), -lr_b * R_b)
+
+    def drift_from(self, problem, state, terms, lr, lr_b):
+        R, lin = self.linear(problem, state, lr, lr_b)
+        zero = jnp.zeros_like
+        dQ, dQ_se = lin.Q, zero(lin.Q)
+        if problem.eta2:
+            mean, dQ_se = sample_mean_se(lr**2 * terms(per_sample_terms).g_g)  # (H, H) each
+            dQ = dQ + mean
+        return Drift(lin.M, dQ, lin.b, R, zero(lin.M), dQ_se, zero(lin.b), zero(R))
+
+    def vector_field_from(self, problem, state, terms, lr, lr_b):
+        _, lin = self.linear(problem, state, lr, lr_b)
+        if not problem.eta2:
+            return lin
+        return OrderParameters(lin.M, lin.Q + lr**2 * terms(mean_terms).g_g, lin.b)
+
+
+def _rate(x) -> Array:
+    with float64_context():
+        return jnp.asarray(x, jnp.float64)
+
+
+class DriftProblem(eqx.Module):
+    """The vector field of SPEC §5 for one activation, law and L, learning rates η, η_b (traced),
+    with or without the η² term, evaluated by ``method`` (:class:`Sampled` or :class:`Exact`).
+    ``lr_b`` defaults to ``lr``."""
+
+    activation: Activation
+    law: LatentLaw
+    L: int = eqx.field(static=True)
+    lr: Array = eqx.field(converter=_rate)
+    lr_b: Array = eqx.field(converter=_rate)
+    method: Method
+    eta2: bool = eqx.field(static=True)
+
+    def __init__(self, activation, law, L, lr=1.0, lr_b=None, method=None, eta2=True):
+        if method is None:
+            raise ValueError("give a method: Sampled(base) or Exact(base)")
+        self.activation, self.law, self.L = activation, law, int(L)
+        self.lr = lr
+        self.lr_b = lr if lr_b is None else lr_b
+        self.method, self.eta2 = method, bool(eta2)
+
+    @classmethod
+    def sampled(cls, activation, law, base: BaseSamples, lr=1.0, lr_b=None, eta2=True):
+        """The problem with every expectation averaged over ``base`` (L from its shape)."""
+        return cls(activation, law, base.nu.shape[1], lr, lr_b, Sampled(base), eta2)
+
+    @property
+    def base(self) -> BaseSamples:
+        """The method's base samples."""
+        return self.method.base
+
+    def with_lr(self, lr, lr_b=None) -> DriftProblem:
+        """The same problem at other learning rates (η_b = η unless given)."""
+        return dataclasses.replace(self, lr=lr, lr_b=lr if lr_b is None else lr_b)
+
+    def linear(self) -> DriftProblem:
+        """The same problem without the η² term (the gradient-flow limit's drift)."""
+        return dataclasses.replace(self, eta2=False)
+
+    def terms(self, state: OrderParameters):
+        """``contract ↦`` the contracted terms of ``state`` on the method's base samples."""
+        return lambda contract: expect_terms(state, self.activation, self.law, self.base, contract)
+
+    def drift_at(self, state: OrderParameters, factor=1.0) -> Drift:
+        """The drift (learning rates times ``factor``), traceable: for use inside jitted code."""
+        lr, lr_b = self.lr * factor, self.lr_b * factor
+        return self.method.drift_from(self, state, self.terms(state), lr, lr_b)
+
+    def field_at(self, state: OrderParameters, factor=1.0) -> OrderParameters:
+        """d(M, Q, b)/dt only, Q's part symmetrised; traceable (the ODE's right-hand side)."""
+        lr, lr_b = self.lr * factor, self.lr_b * factor
+        d = self.method.vector_field_from(self, state, self.terms(state), lr, lr_b)
+        return OrderParameters(d.M, 0.5 * (d.Q + d.Q.T), d.b)
+
+    @float64
+    def risk(self, state: OrderParameters) -> RiskEstimate:
+        """R(M, Q, b) by the method: exact (standard error 0) or on its base samples."""
+        return _risk(self, _as64(state))
+
+    @float64
+    def drift(self, state: OrderParameters, factor=1.0) -> Drift:
+        """The drift and R at ``state``, with standard errors (one compiled program)."""
+        return _drift(self, _as64(state), jnp.asarray(factor, jnp.float64))
+
+    @float64
+    def vector_field(self, state: OrderParameters, factor=1.0) -> OrderParameters:
+        """d(M, Q, b)/dt only (one compiled program)."""
+        return _field(self, _as64(state), jnp.asarray(factor, jnp.float64))
+
+
+def _as64(state) -> OrderParameters:
+    return OrderParameters(*(jnp.asarray(x, jnp.float64) for x in state))
+
+
+@eqx.filter_jit
+def _drift(problem: DriftProblem, state: OrderParameters, factor) -> Drift:
+    return problem.drift_at(state, factor)
+
+
+@eqx.filter_jit
+def _risk(problem: DriftProblem, state: OrderParameters) -> RiskEstimate:
+    M, Q, b = state
+    if isinstance(problem.method, Exact):
+        r = exact_risk(M, Q, b, problem.activation, problem.law, problem.L, problem.method.quad)
+        return RiskEstimate(r.mean, jnp.zeros_like(r.mean), r.by_atom)
+    base = problem.base
+    H, k = M.shape[0], base.xi.shape[-1]
+    if k < H:  # identical heads of a group share their projections: repeat the columns
+        base = BaseSamples(base.nu, jnp.tile(base.xi, (1, 1, -(-H // k)))[..., :H], base.theta)
+    return population_risk(M, Q, b, problem.activation, problem.law, base)
+
+
+@eqx.filter_jit
+def _field(problem: DriftProblem, state: OrderParameters, factor) -> OrderParameters:
+    return problem.field_at(state, factor)

@@ -1,0 +1,64 @@
+"""Compile once: sizes that change no shape are traced, so another D, η, η_b, schedule parameter
+or initial scale reuses the programs already compiled (issue "compile once"). Counted with JAX's
+own compile events (:class:`headspec.core.compiles.CompileCount`, which sees programs compiled or
+read back from the persistent cache; a program already in memory costs nothing).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from headspec.conventions.config import SimulateConfig, TheoryConfig, load_config
+from headspec.conventions.runs import simulate, solve
+from headspec.core.compiles import CompileCount, memory_maps, release_if_crowded
+from headspec.core.schedules import InverseTime
+
+TINY = ["task.L=4", "model.H=2", "seeds=2", "record.points=3", "record.n_mc=64", "record.n_test=4"]
+
+
+def _programs(model, run, *overrides) -> int:
+    with CompileCount() as c:
+        run(load_config(model, overrides=[*TINY, *overrides]))
+    return c.n
+
+
+def test_another_d_or_eta_compiles_nothing_new_in_the_reduced_engine():
+    """The reduced engine has no shape that depends on D: after a first run, runs at another D,
+    η, η_b, σ0 and schedule parameters need no program at all; the first needed some (the count
+    works)."""
+    first = _programs(SimulateConfig, simulate, 'train.engine="reduced"', "task.D=60",
+                      "train.T=0.5", 'train.schedule={kind="inverse_time", t0=1.0}')  # fmt: skip
+    again = _programs(SimulateConfig, simulate, 'train.engine="reduced"', "task.D=200",
+                      "train.T=0.2", "train.lr=0.7", "train.lr_b=0.3", "model.sigma0=0.2",
+                      'train.schedule={kind="inverse_time", t0=3.0, power=0.5}')  # fmt: skip
+    assert first > 0 and again == 0, (first, again)
+
+
+def test_another_eta_compiles_nothing_new_in_the_ode():
+    """The ODE's programs take η, η_b and the schedule's parameters as data: a second solve with
+    other values compiles nothing, for the exact and the sampled methods."""
+    for method in ("exact", "qmc"):
+        common = [f'theory.method="{method}"', "theory.n=256", "task.D=50", "train.T=0.5"]
+        first = _programs(TheoryConfig, solve, *common)
+        again = _programs(TheoryConfig, solve, *common, "train.lr=0.5", "task.D=80")
+        assert first > 0 and again == 0, (method, first, again)
+
+
+def test_schedules_are_traced_parameters():
+    """Two inverse-time schedules differ in data only (same tree structure, array leaves)."""
+    import jax
+
+    a, b = InverseTime(t0=1.0), InverseTime(t0=5.0, power=0.5)
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    assert all(isinstance(x, jnp.ndarray) for x in jax.tree.leaves(a))
+    assert np.isclose(float(b(jnp.asarray(5.0))), 2**-0.5)
+
+
+def test_release_if_crowded_only_under_pressure():
+    """Nothing is dropped while the process holds few memory mappings; where /proc tells, the
+    count is positive and below the limit."""
+    n, limit = memory_maps()
+    if limit:
+        assert 0 < n < limit
+    assert release_if_crowded(fraction=1.0) is False
