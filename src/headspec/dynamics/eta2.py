@@ -22,11 +22,18 @@ The estimator (benchmarks/bench_eta2.py measured the alternatives):
   mean score x_l = mean_h s_hl. Its mean is exact by a one-dimensional quadrature
   (:func:`symmetric_eta2`: with identical heads T is t·11ᵀ and t a combination of
   E[p_0^j Π S_k], S_k = Σ_l p_l^k, each a w-integral of per-token moments as in
-  :mod:`headspec.core.exact`). Near a common phase (heads nearly identical: E1's plateau) it
+  :mod:`headspec.core.quadrature`). Near a common phase (heads nearly identical: E1's plateau) it
   removes almost all the variance; at an exactly symmetric state the estimate is exact.
+  And the **independent shadow**: the integrand for heads made independent, head h's scores
+  from its own variance along s' = m + D V z (D = √diag Q, V = polar(D⁻¹C), so that s' ≈ s
+  where Q is nearly diagonal). Its mean is exact too (:func:`independent_eta2`: the polynomial
+  in the weights expanded over coinciding tokens, each head's moments a w-integral; one shared
+  w-integral for Bayes-softmax). Near specialised, orthogonal heads it removes almost all the
+  variance, at about the cost of a second evaluation of the integrand.
 
 Example:
     >>> import jax.numpy as jnp
+    >>> import numpy as np
     >>> from headspec.core.latent import Discrete
     >>> from headspec.core.attention import Softmax
     >>> law = Discrete(3.0 * jnp.eye(3), [0.5, 0.3, 0.2])
@@ -34,12 +41,14 @@ Example:
     >>> M = jnp.diag(jnp.array([3.6, 3.3, 3.0]))
     >>> Q, b = M @ M.T + 0.2 * jnp.eye(3), jnp.zeros(3)
     >>> est = eta2_term(M, Q, b, Softmax(), law, samples)
-    >>> bool(jnp.all(est.se < 0.02 * est.mean.max())), bool(jnp.allclose(est.mean, est.mean.T))
+    >>> T, se = np.asarray(est.mean), np.asarray(est.se)
+    >>> bool(np.all(se < 0.02 * T.max())), bool(np.allclose(T, T.T))
     (True, True)
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -49,7 +58,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from headspec.core.attention import Activation, BayesSoftmax, Softmax, Softmax1
-from headspec.core.exact import Quadrature, _moments1, _w_grid, exact_risk
+from headspec.core.exact import exact_risk
+from headspec.core.quadrature import X_CUT, Quadrature, moments1, w_grid, z_upper
 from headspec.core.latent import Gaussian, LatentLaw
 from headspec.core.linalg import principal_root
 from headspec.core.precision import float64
@@ -57,6 +67,7 @@ from headspec.core.precision import float64
 Array = jax.Array
 sg = jax.lax.stop_gradient
 
+CONTROLS = ("gradient", "symmetric", "independent")  # every control variate (the default)
 BLOCK = 256  # points per block of the scan over samples (keeps the working set in cache)
 
 
@@ -161,11 +172,10 @@ def _weights(s0: Array, nz: _Noise, kappa: float, axes) -> Array:
     return jnp.concatenate([e0 / z, nz.e * (f / z)], axis=-2)  # (…, L, c)
 
 
-def _per_sample(s0: Array, nz: _Noise, sh: _Noise, b, theta, activation, with_theta: bool):
-    """Integrand and controls for one atom, hidden scores s0 (H, c): T's upper triangle (P, c)
-    and the controls (q, c) [ℓ, Σ g λᵀ (H²), Σ g (H), (g_0 θᵀ (H·F)), shadow]."""
-    H, c = s0.shape
-    kappa, beta, gamma, joint = _constants(activation, H)
+def _integrand(s0: Array, nz: _Noise, activation: Activation):
+    """T's upper triangle (P, c), g (H, L, c) and r (L, c) for one atom, hidden scores s0."""
+    H, _ = s0.shape
+    kappa, _, _, joint = _constants(activation, H)
     cf = 1.0 / H if activation.aggregation == "mean" else 1.0
     a = _weights(s0[:, None], nz, kappa, (0, 1) if joint else 1)  # (H, L, c)
     r = cf * jnp.sum(a, 0)  # (L, c)
@@ -176,14 +186,29 @@ def _per_sample(s0: Array, nz: _Noise, sh: _Noise, b, theta, activation, with_th
         rho = jnp.sum(a * r[None], 1, keepdims=True)  # (H, 1, c)
     g = cf * a * (r[None] - rho)  # (H, L, c)
     iu, ju = np.triu_indices(H)
-    T = jnp.sum(g[iu] * g[ju], 1)  # (P, c)
-    lam = jnp.concatenate([s0[:, None], nz.s], 1) - b[:, None, None]  # (H, L, c)
-    gl = jnp.sum(g[:, None] * lam[None], 2).reshape(H * H, c)  # (H², c)
-    ctrl = [0.5 * jnp.sum(r**2, 0)[None], gl, jnp.sum(g, 1)]  # (1, c), (H², c), (H, c)
-    if with_theta:
-        ctrl.append((g[:, 0][:, None] * theta[None, :, None]).reshape(-1, c))  # (H·F, c)
-    p = _weights(jnp.mean(s0, 0)[None], sh, kappa, 0)  # (L, c) the shadow's weights
-    ctrl.append(_shadow(p, beta, gamma)[None])  # (1, c)
+    return jnp.sum(g[iu] * g[ju], 1), g, r  # (P, c), (H, L, c), (L, c)
+
+
+def _per_sample(s0, nz: _Noise, sh, si, b, theta, activation, grad: bool, with_theta: bool):
+    """Integrand and controls for one atom, hidden scores s0 (H, c): T's upper triangle (P, c)
+    and the controls (q, c): if ``grad``, [ℓ, Σ g λᵀ (H²), Σ g (H), (g_0 θᵀ (H·F))]; then the
+    symmetric shadow (1) and the independent shadow (P), where ``sh``/``si`` (the shadows'
+    noise part, and hidden scores with noise part) are given."""
+    H, c = s0.shape
+    kappa, beta, gamma, _ = _constants(activation, H)
+    T, g, r = _integrand(s0, nz, activation)  # (P, c), (H, L, c), (L, c)
+    ctrl = [jnp.zeros((0, c), s0.dtype)]
+    if grad:
+        lam = jnp.concatenate([s0[:, None], nz.s], 1) - b[:, None, None]  # (H, L, c)
+        gl = jnp.sum(g[:, None] * lam[None], 2).reshape(H * H, c)  # (H², c)
+        ctrl += [0.5 * jnp.sum(r**2, 0)[None], gl, jnp.sum(g, 1)]  # (1, c), (H², c), (H, c)
+        if with_theta:
+            ctrl.append((g[:, 0][:, None] * theta[None, :, None]).reshape(-1, c))  # (H·F, c)
+    if sh is not None:
+        p = _weights(jnp.mean(s0, 0)[None], sh, kappa, 0)  # (L, c) the symmetric shadow
+        ctrl.append(_shadow(p, beta, gamma)[None])  # (1, c)
+    if si is not None:
+        ctrl.append(_integrand(si[0], si[1], activation)[0])  # (P, c) the independent shadow
     return T, jnp.concatenate(ctrl)
 
 
@@ -239,12 +264,12 @@ def _symmetric_eta2(M, Q, b, activation: Activation, law: LatentLaw, L: int, qua
     mh, vh = hm @ one, jnp.full(hm.shape[0], one @ Ch @ one)  # (K,) ×2: the shadow's laws
     mn, vn = jnp.mean(b), one @ Q @ one
     K = mh.shape[0]
-    w, _, _ = _w_grid(jnp.concatenate([mn[None], mh]), jnp.concatenate([vn[None], vh]),
+    w, _, _ = w_grid(jnp.concatenate([mn[None], mh]), jnp.concatenate([vn[None], vh]),
                       mn, vn, L, kappa, quad)  # fmt: skip
     h = w[1] - w[0]
     base = jnp.full(w.shape, h).at[-1].set(0.5 * h)
     kap = jnp.exp(-kappa * jnp.exp(w))  # (n_w,)
-    e = _moments1(
+    e = moments1(
         jnp.concatenate([mn[None], mh]), jnp.concatenate([vn[None], vh]),
         jnp.broadcast_to(w, (1 + K, w.shape[0])), A_MAX, quad.n_s, quad.window,
     )  # fmt: skip
@@ -289,6 +314,170 @@ def symmetric_eta2(
 _symmetric_jit = eqx.filter_jit(_symmetric_eta2)
 
 
+# ------------------------------------------------ the exact T of independent heads
+def _diag_root(C: Array) -> Array:
+    """√diag(C) (H,), kept away from 0 (a head without variance)."""
+    return jnp.sqrt(jnp.maximum(jnp.diagonal(C), 1e-30))
+
+
+@jax.custom_batching.sequential_vmap
+def _polar(A: Array) -> Array:
+    """The orthogonal polar factor U Wᵀ of A = U Σ Wᵀ (batched by a loop, as linalg's eigh)."""
+    U, _, Wt = jnp.linalg.svd(A)
+    return U @ Wt
+
+
+@functools.cache
+def _independent_table(H: int, L: int, joint: bool, c: float):
+    """T_hk for independent heads as Σ_n coef_n · E[Π_h (head h's pattern n)]: the patterns'
+    pair (N,), per-head signature index (N, H), coefficient (N,) and the signatures
+    (hidden power, noise powers): each a distinct-token moment E[a_0^j Π_B a_{l_B}^{P_B}] of one
+    head's weights. Built by expanding c² Σ_l a_hl a_kl (r_l − ρ_h)(r_l − ρ_k), r_l =
+    c Σ_j a_jl − 1[l=0], ρ_h = Σ_m (a_hm or Σ_j a_jm) r_m, over the set partitions of the token
+    sums (which indices coincide) and the places of the hidden token."""
+
+    def r(slot):
+        return [(c, ((j, slot),), frozenset()) for j in range(H)] + [(-1.0, (), frozenset([slot]))]
+
+    def rho(h, slot):
+        return [(cf, ((j, slot), *fs), ds) for j in (range(H) if joint else [h])
+                for cf, fs, ds in r(slot)]  # fmt: skip
+
+    def mul(A, B):
+        return [(a[0] * b[0], a[1] + b[1], a[2] | b[2]) for a in A for b in B]
+
+    def minus(A, B):
+        return A + [(-x[0], x[1], x[2]) for x in B]
+
+    acc: dict = {}
+    pairs = [(h, k) for h in range(H) for k in range(h, H)]
+    for pi, (h, k) in enumerate(pairs):
+        terms = mul(
+            mul([(c * c, ((h, "l"), (k, "l")), frozenset())], minus(r("l"), rho(h, "m"))),
+            minus(r("l"), rho(k, "n")),
+        )
+        for cf, fs, ds in terms:
+            slots = sorted({x for _, x in fs} | set(ds))
+            for part in _partitions(slots):
+                t = len(part)
+                fixed = [i for i, B in enumerate(part) if set(B) & ds]  # must be the hidden token
+                if len(fixed) > 1:
+                    continue
+                if fixed:
+                    cases = [(fixed[0], _falling(L - 1, t - 1))]
+                else:
+                    cases = [(None, _falling(L - 1, t))]
+                    cases += [(i, _falling(L - 1, t - 1)) for i in range(t)]
+                for hid, count in cases:
+                    if count == 0:
+                        continue
+                    sigs = []
+                    for hh in range(H):
+                        pw = [sum(1 for j, x in fs if j == hh and x in B) for B in part]
+                        noise = tuple(sorted(P for i, P in enumerate(pw) if i != hid and P))
+                        sigs.append((pw[hid] if hid is not None else 0, noise))
+                    key = (pi, tuple(sigs))
+                    acc[key] = acc.get(key, 0.0) + cf * count
+    acc = {k: v for k, v in acc.items() if v != 0.0}
+    signatures = sorted({sg_ for _, ss in acc for sg_ in ss})
+    index = {sg_: i for i, sg_ in enumerate(signatures)}
+    pair = np.array([k[0] for k in acc], np.int32)  # (N,)
+    sig = np.array([[index[x] for x in k[1]] for k in acc], np.int32)  # (N, H)
+    coef = np.array(list(acc.values()))  # (N,)
+    return pair, sig, coef, signatures
+
+
+def _signature_factors(eh, en, w, signatures, L):
+    """F[h, J, S, n_w] = E over head h's tokens of the pattern's product of g-kernels at w:
+    hidden e_j · Π_B noise e_{P_B} · (noise e_0)^{L−1−#B}; and each signature's power K (S,)."""
+    S = len(signatures)
+    width = max(1, max(len(x[1]) for x in signatures))
+    A = en.shape[1]
+    js = np.array([x[0] for x in signatures])  # (S,)
+    pads = np.full((S, width), A)  # index A: a factor 1
+    for i, (_, noise) in enumerate(signatures):
+        pads[i, : len(noise)] = noise
+    rest = np.array([L - 1 - len(x[1]) for x in signatures])  # (S,)
+    K = np.array([x[0] + sum(x[1]) for x in signatures])  # (S,)
+    en1 = jnp.concatenate([en, jnp.ones_like(en[:, :1])], 1)  # (H, A+1, n_w)
+    noise = jnp.prod(en1[:, pads], 2) * en[:, None, 0] ** rest[None, :, None]  # (H, S, n_w)
+    return eh[:, :, js] * noise[:, None], K  # (H, J, S, n_w), (S,)
+
+
+def _tail_weights(w: Array, K: np.ndarray) -> Array:
+    """Trapezoid weights on the uniform grid w (…, n_w) for integrands ∝ e^{Kw} below it,
+    divided by Γ(K): (…, S, n_w) for the powers K (S,) (K = 0: the grid is not used)."""
+    h = (w[..., 1] - w[..., 0])[..., None, None]  # (…, 1, 1)
+    Kf = jnp.asarray(np.maximum(K, 1), w.dtype)[:, None]  # (S, 1)
+    base = jnp.ones((*w.shape[:-1], len(K), w.shape[-1]), w.dtype) * h
+    base = base.at[..., -1].multiply(0.5)
+    base = base.at[..., 0].set((0.5 * h / jnp.tanh(0.5 * Kf * h))[..., 0])
+    return base / jnp.asarray([math.gamma(max(k, 1)) for k in K], w.dtype)[:, None]
+
+
+def _independent_eta2(M, Q, b, activation: Activation, law: LatentLaw, L: int, quad) -> Array:
+    H = M.shape[0]
+    kappa, _, _, joint = _constants(activation, H)
+    cf = 1.0 / H if activation.aggregation == "mean" else 1.0
+    hm, Ch, _, wts = _token_laws(M, Q, b, law)  # (J, H), (H, H), _, (J,)
+    J = hm.shape[0]
+    vn, vh = jnp.diagonal(Q), jnp.diagonal(Ch)  # (H,) ×2
+    pair, sig, coef, signatures = _independent_table(H, int(L), joint, cf)
+    tok_m = jnp.concatenate([b[None], hm], 0).T  # (H, 1+J): noise first
+    tok_v = jnp.concatenate([vn[None], jnp.broadcast_to(vh, (J, H))], 0).T  # (H, 1+J)
+    if joint:  # one grid for the joint normaliser (as core.exact's Bayes-softmax)
+        sd = jnp.sqrt(jnp.maximum(tok_v, 0.0))
+        lo = sg(-jnp.max(tok_m + quad.window * sd) - np.log(H) - quad.tail)
+        bottom = jnp.max(b - z_upper(max(L - 2, 1)) * sd[:, 0])
+        hi = sg(jnp.maximum(X_CUT - bottom, lo + 1.0))
+        w = jnp.broadcast_to(
+            jnp.linspace(lo, hi, quad.n_w_bayes, dtype=M.dtype), (H, quad.n_w_bayes)
+        )
+    else:
+        w = jnp.stack([w_grid(tok_m[h], tok_v[h], b[h], vn[h], L, kappa, quad)[0]
+                       for h in range(H)])  # fmt: skip
+    n_w = w.shape[-1]
+    e = moments1(
+        tok_m.reshape(-1), tok_v.reshape(-1), jnp.repeat(w, 1 + J, axis=0), A_MAX, quad.n_s,
+        quad.window,
+    ).reshape(H, 1 + J, A_MAX, n_w)  # fmt: skip
+    F, K = _signature_factors(e[:, 1:], e[:, 0], w, signatures, L)  # (H, J, S, n_w), (S,)
+    if joint:
+        Kn = K[sig].sum(1)  # (N,)
+        om = _tail_weights(w[0], Kn)  # (N, n_w)
+        prod = om[None]
+        for h in range(H):
+            prod = prod * F[h][:, sig[:, h]]  # (J, N, n_w)
+        value = jnp.sum(prod, -1)  # (J, N)
+    else:
+        om = _tail_weights(w, K) * jnp.exp(-kappa * jnp.exp(w))[:, None]  # (H, S, n_w)
+        I = jnp.sum(om[:, None] * F, -1)  # (H, J, S)
+        I = jnp.where(jnp.asarray(K == 0)[None, None], 1.0, I)
+        value = math.prod(I[h][:, sig[:, h]] for h in range(H))  # (J, N)
+    P = H * (H + 1) // 2
+    t = jax.ops.segment_sum((value * coef[None]).T, pair, num_segments=P)  # (P, J)
+    iu, ju = np.triu_indices(H)
+    v = t @ wts  # (P,)
+    return jnp.zeros((H, H), M.dtype).at[iu, ju].set(v).at[ju, iu].set(v)
+
+
+@float64
+def independent_eta2(
+    M: Array, Q: Array, b: Array, activation: Activation, law: LatentLaw, L: int,
+    quad: Quadrature = Quadrature(),
+) -> Array:  # fmt: skip
+    """E of the independent shadow (H, H): T for heads whose scores are independent across
+    heads, head h's with its own variance (noise N(b_h, Q_hh), hidden N((Mθ + b)_h, C_hh)).
+    Exactly T itself when Q (and the hidden covariance) is diagonal. Every head's moments are
+    one-dimensional w-integrals (per head for softmax and softmax-1, one shared integral over
+    all heads for Bayes-softmax)."""
+    M, Q, b = (jnp.asarray(x, jnp.float64) for x in (M, Q, b))
+    return _independent_jit(M, Q, b, activation, law, int(L), quad)
+
+
+_independent_jit = eqx.filter_jit(_independent_eta2)
+
+
 # ------------------------------------------------------------------------------ the estimator
 class RiskGradient(NamedTuple):
     """R and its gradient in (M, Q, b) (Q's entries independent), from :func:`risk_gradient`."""
@@ -323,35 +512,59 @@ class Eta2(NamedTuple):
     se: Array  # (H, H)
 
 
-def _control_means(M, Q, grad: RiskGradient, t_sym, with_theta: bool) -> Array:
-    """Exact means of the controls of :func:`_per_sample`, in its order (q,)."""
-    G = grad.R_Q + grad.R_Q.T
-    X = grad.R_M @ M.T + G @ Q  # (H, H) = E Σ_l g_l λ_lᵀ
-    parts = [grad.R[None], X.ravel(), grad.R_b]
-    if with_theta:
-        parts.append(grad.R_M.ravel())
+def _control_means(M, Q, grad: RiskGradient | None, t_sym, t_ind, with_theta: bool):
+    """Exact means of the controls of :func:`_per_sample`, in its order (q,), and the scale of
+    their errors relative to ∇R's (q,): Σ g λᵀ = R_M Mᵀ + G Q carries ∇R's error times |Q|, the
+    shadows' one-dimensional quadratures are ≲ 1e-11 (a tenth)."""
+    H = M.shape[0]
+    parts, scale = [jnp.zeros(0, M.dtype)], [jnp.zeros(0, M.dtype)]
+    if grad is not None:
+        G = grad.R_Q + grad.R_Q.T
+        X = grad.R_M @ M.T + G @ Q  # (H, H) = E Σ_l g_l λ_lᵀ
+        parts += [grad.R[None], X.ravel(), grad.R_b]
+        big = 1.0 + jnp.max(jnp.abs(Q))
+        scale += [jnp.ones(1), jnp.full(H * H, big), jnp.ones(H)]
+        if with_theta:
+            parts.append(grad.R_M.ravel())
+            scale.append(jnp.ones(grad.R_M.size))
     if t_sym is not None:
         parts.append(t_sym[None])
-    return jnp.concatenate(parts)  # (q,)
+        scale.append(jnp.full(1, 0.1))
+    if t_ind is not None:
+        parts.append(t_ind[np.triu_indices(H)])
+        scale.append(jnp.full(H * (H + 1) // 2, 0.1))
+    return jnp.concatenate(parts), jnp.concatenate(scale)  # (q,), (q,)
 
 
 @eqx.filter_jit
-def _eta2(M, Q, b, grad, activation, law, samples: ScoreSamples, controls, shadow, quad, tol):
+def _eta2(M, Q, b, grad, activation, law, samples: ScoreSamples, controls, quad, tol):
     H = M.shape[0]
     mh, Ch, thetas, wts = _token_laws(M, Q, b, law)
     with_theta = not isinstance(law, Gaussian)
     Cn, C0 = principal_root(Q), principal_root(Ch)  # (H, H) ×2
 
     kappa, _, _, joint = _constants(activation, H)
+    axes = (0, 1) if joint else 1
+    use_g, sym, ind = ("gradient" in controls, "symmetric" in controls, "independent" in controls)
+    # the independent shadow: head h's scores from its own variance, s' = m + D V z with
+    # V = polar(D⁻¹C) orthogonal (so s' is close to s = m + C z where Q is nearly diagonal)
+    Dn, D0 = _diag_root(Q), _diag_root(Ch)  # (H,) ×2
+    Vn, V0 = _polar(Cn / Dn[:, None]), _polar(C0 / D0[:, None])  # (H, H) ×2
 
     def block(z):  # z (L, H, c) → T (P, c), controls (q, c), atom-averaged
         x0 = C0 @ z[0]  # (H, c)
         xn = jnp.einsum("hk,lkc->hlc", Cn, z[1:]) + b[:, None, None]  # (H, L−1, c)
-        nz = _noise(xn, kappa, (0, 1) if joint else 1)  # shared by the atoms
-        sh = _noise(jnp.mean(xn, 0), kappa, 0)  # the shadow's
+        nz = _noise(xn, kappa, axes)  # shared by the atoms
+        sh = _noise(jnp.mean(xn, 0), kappa, 0) if sym else None  # the shadows'
+        if ind:
+            y0 = D0[:, None] * (V0 @ z[0])  # (H, c)
+            yn = Dn[:, None, None] * jnp.einsum("hk,lkc->hlc", Vn, z[1:]) + b[:, None, None]
+            ni = _noise(yn, kappa, axes)
 
         def atom(m, th):
-            return _per_sample(x0 + m[:, None], nz, sh, b, th, activation, with_theta)
+            si = (y0 + m[:, None], ni) if ind else None
+            s0 = x0 + m[:, None]  # (H, c)
+            return _per_sample(s0, nz, sh, si, b, th, activation, use_g, with_theta)
 
         T, X = jax.vmap(atom)(mh, thetas)  # (J, P, c), (J, q, c)
         return jnp.tensordot(wts, T, 1), jnp.tensordot(wts, X, 1)  # (P, c), (q, c)
@@ -362,8 +575,6 @@ def _eta2(M, Q, b, grad, activation, law, samples: ScoreSamples, controls, shado
     q = X.shape[1]
     T = jnp.moveaxis(T, 1, 0).reshape(P, R, K * c)  # (P, R, m)
     X = jnp.moveaxis(X, 1, 0).reshape(q, R, K * c)  # (q, R, m)
-    if not shadow:
-        X, q = X[:-1], q - 1
     n = R * K * c
     yr, xr = T.mean(-1).T, X.mean(-1).T  # (R, P), (R, q) replicate means
     ybar, xbar = yr.mean(0), xr.mean(0)  # (P,), (q,)
@@ -371,12 +582,15 @@ def _eta2(M, Q, b, grad, activation, law, samples: ScoreSamples, controls, shado
     Xc = X.reshape(q, n) - xbar[:, None]  # (q, n)
     Cxx, Cxy, Cyy = Xc @ Xc.T / n, Xc @ Tc.T / n, jnp.mean(Tc**2, -1)  # (q, q), (q, P), (P,)
     if controls:
-        if grad is None:
+        if use_g and grad is None:
             grad = _risk_gradient(M, Q, b, activation, law, L, quad)
-        t_sym = _symmetric_eta2(M, Q, b, activation, law, L, quad) if shadow else None
-        mu = _control_means(M, Q, grad, t_sym, with_theta)  # (q,)
+        grad = grad if use_g else None
+        t_sym = _symmetric_eta2(M, Q, b, activation, law, L, quad) if sym else None
+        t_ind = _independent_eta2(M, Q, b, activation, law, L, quad) if ind else None
+        mu, scale = _control_means(M, Q, grad, t_sym, t_ind, with_theta)  # (q,) ×2
+        tol = tol * scale  # (q,)
         # β minimises the variance of the mean, Var(y − βX)/n, plus the squared bias that the
-        # exact means' error (≤ tol each) can bring, Σ β_k² tol²: a ridge n·tol² on Cxx.
+        # exact means' errors (≤ tol_k each) can bring, Σ β_k² tol_k²: a ridge n·tol² on Cxx.
         d = jnp.sqrt(jnp.maximum(jnp.diagonal(Cxx), 0.0))  # (q,)
         live = d > 1e-12 * jnp.maximum(jnp.max(d), 1e-300)  # constant controls drop out
         ds = jnp.where(live, d, 1.0)
@@ -387,7 +601,7 @@ def _eta2(M, Q, b, grad, activation, law, samples: ScoreSamples, controls, shado
         est = yr - (xr - mu[None]) @ beta  # (R, P)
         var1 = Cyy - 2 * jnp.sum(beta * Cxy, 0) + jnp.sum(beta * (Cxx @ beta), 0)  # (P,)
         dof = n - 1 - jnp.sum(live)
-        bias2 = tol**2 * jnp.sum(beta**2, 0)  # (P,) the means' error, bounded
+        bias2 = jnp.sum((tol[:, None] * beta) ** 2, 0)  # (P,) the means' errors, bounded
     else:
         est, var1, dof, bias2 = yr, Cyy, n - 1, 0.0
     mean = est.mean(0)  # (P,)
@@ -410,22 +624,26 @@ def eta2_term(
     law: LatentLaw,
     samples: ScoreSamples,
     grad: RiskGradient | None = None,
-    controls: bool = True,
-    shadow: bool = True,
+    controls: tuple[str, ...] = CONTROLS,
     quad: Quadrature = Quadrature(),
     mean_tol: float = 1e-8,
 ) -> Eta2:
     """T = E[Σ_l g_l g_lᵀ] (H, H) at (M, Q, b) and its standard error.
 
     ``samples``: :class:`ScoreSamples` for L tokens and H heads (RQMC replicates or plain MC).
-    ``controls``: use the control variates. Their means need R and ∇R: pass ``grad`` from
-    :func:`risk_gradient` when the caller has it (the exact drift does), else it is computed
-    here (one exact value-and-gradient, the dominant cost). ``shadow=False`` leaves out the
-    symmetric shadow (for comparisons). ``mean_tol`` bounds the error of
-    the exact means (quadrature, ≲ 1e-8); the coefficients are shrunk accordingly and the bias
-    it can cause is included in ``se``. Exact over a discrete law's atoms; a Gaussian law is
-    folded into the hidden token. Q may be singular. Jitted: one compilation per shapes,
-    activation, law family and options; (M, Q, b) and ``mean_tol`` are traced.
+    ``controls``: which control variates to use (``()``: none): "gradient" — ℓ, Σ g λᵀ, Σ g,
+    g_0 θᵀ, whose means need R and ∇R: pass ``grad`` from :func:`risk_gradient` when the caller
+    has it (the exact drift does), else it is computed here (one exact value-and-gradient, the
+    dominant cost); "symmetric" — the shadow of equal heads (a common phase); "independent" —
+    the shadow of independent heads (specialised, nearly orthogonal heads; it costs about one
+    more evaluation of the integrand).
+    ``mean_tol`` bounds the error of ∇R (quadrature, ≲ 1e-8; the controls' means carry it
+    scaled, see :func:`_control_means`): the coefficients are shrunk accordingly and the bias
+    those errors can cause is included in ``se``.
+
+    Exact over a discrete law's atoms; a Gaussian law is folded into the hidden token. Q may be
+    singular. Jitted: one compilation per shapes, activation, law family and options; (M, Q, b)
+    and ``mean_tol`` are traced.
     """
     M, Q, b = (jnp.asarray(x, jnp.float64) for x in (M, Q, b))
     Hs = samples.z.shape[3]
@@ -434,4 +652,7 @@ def eta2_term(
     if grad is not None:
         grad = RiskGradient(*(jnp.asarray(x, jnp.float64) for x in grad))
     tol = jnp.asarray(mean_tol, jnp.float64)
-    return _eta2(M, Q, b, grad, activation, law, samples, bool(controls), bool(shadow), quad, tol)
+    if isinstance(controls, str) or set(controls) - set(CONTROLS):
+        raise ValueError(f"controls: a tuple of {CONTROLS}, got {controls!r}")
+    controls = tuple(c for c in CONTROLS if c in controls)  # canonical order: one compilation
+    return _eta2(M, Q, b, grad, activation, law, samples, controls, quad, tol)
