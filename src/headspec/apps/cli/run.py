@@ -125,7 +125,9 @@ def _risk_table(cfg: BayesRunConfig, res: dict) -> Table:
             str(row["heads"] or "—"),
             f"{row['risk']:.5f}",
             f"{row['se']:.5f}",
-            f"{row['excess_over_bayes']:+.5f} ± {row['excess_se']:.5f}",
+            # a difference that rounds to zero prints "+0.00000" on every CPU (the sign of a
+            # round-off-sized difference is not a result)
+            f"{_unsigned_zero(row['excess_over_bayes'], 5):+.5f} ± {row['excess_se']:.5f}",
         )
     return table
 
@@ -378,3 +380,8 @@ def _base_from_simulation(init_from: Path, seed: int | None) -> dict:
         init["seeds"] = [seed]
     base["theory"] = {"init": init}
     return base
+
+
+def _unsigned_zero(x: float, digits: int) -> float:
+    """x, or +0.0 where it rounds to zero at ``digits`` decimals (no "−0.00000" in a table)."""
+    return 0.0 if round(float(x), digits) == 0 else float(x)
