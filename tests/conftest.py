@@ -2,7 +2,7 @@
 smoke reproduction in a child process.
 
 Tiers (markers, assigned here by file; see README "Tests"):
-- ``unit``: in-process numerics on canonical tiny problems (tests/problems.py): ``pytest -m unit``;
+- ``unit``: in-process numerics (every test file not listed below): ``pytest -m unit``;
 - ``integration``: the command line, docs, sweeps with one worker, reports, the smoke
   reproduction — files in :data:`INTEGRATION`;
 - ``slow``: law tests, Dask clusters, packaging, scaling (marked in their files):
@@ -59,8 +59,8 @@ FAST_COMPILE = "--xla_backend_optimization_level=0"
 
 
 def _selects_slow(config) -> bool:
-    expr = config.getoption("markexpr") or ""
-    return "slow" in expr.replace("not slow", "")
+    expr = (config.getoption("markexpr") or "").replace("not slow", "")
+    return "slow" in expr or "exhaustive" in expr.replace("not exhaustive", "")
 
 
 def pytest_configure(config):

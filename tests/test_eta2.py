@@ -108,6 +108,7 @@ def test_a_wrong_control_mean_is_caught(softmax3):
     assert zmax(bad.mean, bad.se, ref, ref_se) > Z
 
 
+@pytest.mark.slow  # the unit tier keeps the full estimator's check above
 def test_every_control_subset_is_unbiased(softmax3):
     """No control, each one alone, on plain MC points: unbiased (vs direct MC), and every
     control lowers the error bar on the same points."""
@@ -122,6 +123,7 @@ def test_every_control_subset_is_unbiased(softmax3):
 
 
 # ------------------------------------------------------------- (b) the shadows' exact means
+@pytest.mark.slow  # three activations × 2 shadows of MC; the unit tier keeps the two below
 @pytest.mark.parametrize("name", list(ACTIVATIONS))
 def test_shadow_means_match_their_monte_carlo(name):
     act = ACTIVATIONS[name]

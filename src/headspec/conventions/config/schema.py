@@ -383,8 +383,9 @@ class TheoryOptions(StrictModel):
         description="how the drift's expectations are evaluated: exact (the risk by quadrature, "
         "the η-linear drift as its gradient; only the η² term sampled, on n scrambled Sobol "
         "samples), qmc (every term on n scrambled Sobol samples), mc (on n Monte-Carlo samples). "
-        "auto: exact, except Bayes-softmax with model.H ≥ 4 heads (qmc: exact quadrature is out "
-        "of reach there)",
+        "auto: qmc (an ODE trajectory needs hundreds of drift evaluations and the exact drift "
+        "costs 10–45× more per evaluation; ask for exact where the sampling error matters, e.g. "
+        "on plateaus; Bayes-softmax with model.H ≥ 4 heads is out of its reach)",
     )
     n: Annotated[int, Strict(), Field(ge=2)] = Field(
         8192,
