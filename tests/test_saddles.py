@@ -175,14 +175,22 @@ def test_cli_saddles_on_the_e1_config(tmp_path):
     common-phase plateau is polished into the common fixed point (one group of four, a fixed
     point within 3 s.e., risk within 1 % of the plateau's), a saddle whose leading modes are
     three degenerate head-difference modes (the standard representation of the four heads'
-    permutations)."""
+    permutations).
+
+    With the exact method (the default of `saddles`) the Jacobian's error bars are ~50× smaller
+    than with 8192 Sobol samples, and it resolves slower growing modes that the sampled route
+    could not tell from zero (measured: 6 at 0.0043 ± 0.00005, mixed common/difference, and 3 at
+    0.0005 ± 0.000004, against the leading 0.0369 ± 0.000004): the test asks that the three
+    leading modes are the degenerate head-difference ones and lead the others by ≥ 5×."""
     out = tmp_path / "e1.nc"
     res = runner.invoke(app, ["saddles", "-c", str(E1), "-o", str(out)])
     assert res.exit_code == 0, res.output
     sd = xr.load_dataset(out).isel(saddle=0)
     assert sd.group.values.tolist() == [0, 0, 0, 0] and float(sd.max_z) <= 3
     assert abs(float(sd.risk) / float(sd.level) - 1) < 0.01
-    assert int(sd.n_unstable) == 3 and int(sd.n_zero) == 4
+    assert int(sd.n_unstable) >= 3 and int(sd.n_zero) == 4
+    lead = sd.eig_real.values[:4]  # sorted by decreasing real part
+    assert np.ptp(lead[:3]) < 3 * float(sd.eig_se.values[0]) and lead[3] < lead[0] / 5, lead
     assert np.all(sd.mode_common.values[:3] < 1e-6)
 
 

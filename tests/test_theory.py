@@ -494,3 +494,18 @@ def test_solve_from_the_bayes_softmax_optimum_records_the_bayes_risk():
     assert abs(r - rb) < 4 * math.hypot(r_se, rb_se), (r, r_se, rb, rb_se)
     # power: the uniform-attention risk ½(1 − 1/L) is far outside that band
     assert abs(0.5 * (1 - 1 / L) - rb) > 20 * math.hypot(r_se, rb_se)
+
+
+def test_method_auto_resolves_and_exact_is_refused_where_out_of_reach():
+    """auto is qmc for a trajectory; exact for Bayes-softmax with H ≥ 4 is a config error that
+    names theory.method and the fix (the quadrature would need ~1e9 numbers per token law),
+    while H = 3 is accepted."""
+    from headspec.conventions import build
+    from headspec.conventions.config.base import ConfigError
+
+    assert build.theory_method(load_config(TheoryConfig, overrides=[])) == "qmc"
+    bayes = ['model.activation="bayes_softmax"', 'theory.method="exact"']
+    with pytest.raises(ConfigError, match=r"theory\.method.*fix: use theory\.method = \"qmc\""):
+        load_config(TheoryConfig, overrides=[*bayes, "model.H=4"])
+    cfg = load_config(TheoryConfig, overrides=[*bayes, "model.H=3"])
+    assert build.theory_method(cfg) == "exact"

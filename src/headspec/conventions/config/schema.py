@@ -442,6 +442,12 @@ class TheoryConfig(_RunConfig):
         _check_grid(self.record, self.train)
         init = self.theory.init
         F, H, D = self.task.latent.F, self.model.H, self.task.D
+        if self.theory.method == "exact" and self.model.activation == "bayes_softmax" and H >= 4:
+            raise ValueError(
+                f"theory.method = exact cannot integrate Bayes-softmax with model.H = {H} heads "
+                "(its one normaliser couples all heads: an H-dimensional quadrature, out of reach "
+                'for H ≥ 4); fix: use theory.method = "qmc", or at most 3 heads'
+            )
         if init.kind == "perturbed" and D - F < H:
             raise ValueError(
                 f"theory.init = perturbed draws the initial overlaps of {H} keys at task.D = {D}, "
