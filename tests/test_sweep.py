@@ -500,7 +500,10 @@ def test_there_is_an_example_sweep_spec():
 
 @pytest.mark.slow
 def test_ctrl_c_exits_130_and_the_rerun_resumes(tmp_path, jax_cache):
-    path = _slow_spec_file(tmp_path)
+    # points ~10× longer than SLOW's: since another η or signal scale compiles nothing new, the
+    # other seven of SLOW's points finished within ~4 s of the first, before the Ctrl-C landed
+    spec = _spec(tmp_path / "out", config={**SLOW, "train.T": 400.0}, axes=SLOW_AXES, seeds=2)
+    path = _write_spec(tmp_path / "spec.toml", spec)
     proc = _cli_sweep(path, jax_cache)
     try:
         _wait_for_points(tmp_path / "out", 1, proc)

@@ -75,6 +75,7 @@ def test_theory_predicts_simulation_in_the_common_phase(tmp_path, activation):
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive  # 3.5–5 min each on 2 cores: beyond CI's budget, `pytest -m exhaustive`
 @pytest.mark.parametrize("activation", ["softmax", "softmax1", "bayes_softmax"])
 def test_theory_predicts_simulation_at_d2000_until_specialisation(tmp_path, activation):
     """The acceptance test of the issue: D = 2000, 8 seeds, up to the specialisation time of the
@@ -85,6 +86,7 @@ def test_theory_predicts_simulation_at_d2000_until_specialisation(tmp_path, acti
 
 
 @pytest.mark.slow
+@pytest.mark.exhaustive  # ~6 min on 2 cores: beyond CI's budget, `pytest -m exhaustive`
 def test_agreement_improves_with_dimension(tmp_path):
     """Softmax, T = 6: the largest risk and overlap deviations shrink as D = 500 → 2000 → 8000."""
     devs = {}
