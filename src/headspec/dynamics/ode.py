@@ -94,25 +94,32 @@ def _rhs(t, y, args):
     return problem.field_at(OrderParameters(*y), schedule(t))
 
 
+def _solve(y, t0, t1, saveat, args, rtol, atol, max_steps):
+    """One seed's diffrax solve of the drift from t0 to t1 (Tsit5, PID steps, no throw)."""
+    import diffrax
+
+    return diffrax.diffeqsolve(
+        diffrax.ODETerm(_rhs),
+        diffrax.Tsit5(),
+        t0,
+        t1,
+        None,
+        y,
+        args=args,
+        saveat=saveat,
+        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        max_steps=max_steps,
+        throw=False,
+    )
+
+
 @eqx.filter_jit
 def _segment(y, t0, t1, args, rtol, atol, max_steps):
     """Integrate every seed's state from t0 to t1 (vmap over seeds); returns state, ok, steps."""
     import diffrax
 
     def one(y):
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(_rhs),
-            diffrax.Tsit5(),
-            t0,
-            t1,
-            None,
-            y,
-            args=args,
-            saveat=diffrax.SaveAt(t1=True),
-            stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
-            max_steps=max_steps,
-            throw=False,
-        )
+        sol = _solve(y, t0, t1, diffrax.SaveAt(t1=True), args, rtol, atol, max_steps)
         last = jax.tree.map(lambda x: x[-1], sol.ys)
         ok = (sol.result == diffrax.RESULTS.successful) & jnp.all(
             jnp.isfinite(flatten(OrderParameters(*last)))
@@ -134,7 +141,7 @@ def _integrate_in_chunks(y0, ts, args, rtol, atol, max_steps, fail_t, record) ->
     S = y0.M.shape[0]
     n = len(ts)
     c = max(1, -(-(n - 1) // CHUNKS))  # grid points per solve
-    y, alive, n_steps = tuple(y0), np.ones(S, bool), 0
+    y, alive, n_steps = y0, np.ones(S, bool), 0
     record(y, ts[0])
     for i in range(1, n, c):
         chunk = np.asarray(ts[i : i + c], np.float64)
@@ -162,22 +169,10 @@ def _stretch(y, t0, ts, args, rtol, atol, max_steps):
     import diffrax
 
     def one(y):
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(lambda t, y, args: tuple(_rhs(t, y, args))),
-            diffrax.Tsit5(),
-            t0,
-            ts[-1],
-            None,
-            y,
-            args=args,
-            saveat=diffrax.SaveAt(ts=ts),
-            stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
-            max_steps=max_steps,
-            throw=False,
-        )
+        sol = _solve(y, t0, ts[-1], diffrax.SaveAt(ts=ts), args, rtol, atol, max_steps)
         flat = jax.vmap(lambda *a: flatten(OrderParameters(*a)))(*sol.ys)  # (c, P)
         ok = jnp.all(jnp.isfinite(flat), axis=1)  # (c,) times not reached are saved as inf
-        return tuple(sol.ys), ok, sol.stats["num_steps"]
+        return sol.ys, ok, sol.stats["num_steps"]
 
     return jax.lax.map(one, y)
 
