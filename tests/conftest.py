@@ -19,20 +19,23 @@ import pytest
 
 from headspec.core.compiles import release_if_crowded
 
-# One persistent compilation cache for the session and every process it starts (command-line
-# subprocesses, the smoke reproduction, Dask workers): a program compiled by one of them is read
-# back by the others. JAX's cache is used with its file lock (headspec.conventions.provenance),
-# so processes never read each other's half-written entries. (Earlier crashes blamed on this
-# cache were processes running out of memory mappings: see release_if_crowded below.)
-if "HEADSPEC_JAX_CACHE" not in os.environ:
-    _CACHE = Path(tempfile.mkdtemp(prefix="headspec_test_jax_cache_"))
-    os.environ["HEADSPEC_JAX_CACHE"] = str(_CACHE)
-else:
-    _CACHE = None
+# One persistent compilation cache for every test session of this checkout and every process a
+# session starts (command-line subprocesses, the smoke reproduction, Dask workers, pytest-xdist
+# workers): a program compiled once is read back by the others, and by the next `pytest` — a
+# rerun after a one-line change compiles only the programs that change touched (JAX's cache key
+# is the program's HLO, the XLA flags and the jax/jaxlib versions, so a changed program never
+# reads a stale entry). Folder: .jax_cache/ in the checkout (git-ignored; delete it to measure a
+# cold run), bounded to CACHE_MAX_BYTES with least-recently-used eviction, used with JAX's file
+# lock (headspec.conventions.provenance), so processes never read each other's half-written
+# entries. (Earlier crashes blamed on this cache were processes running out of memory
+# mappings: see release_if_crowded below.) HEADSPEC_JAX_CACHE chooses another folder, or "off".
+os.environ.setdefault("HEADSPEC_JAX_CACHE", str(Path(__file__).resolve().parents[1] / ".jax_cache"))
 
 from headspec.conventions.provenance import enable_compilation_cache
 
 enable_compilation_cache()
+# every program, however quick to compile: the suite compiles thousands of small ones
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
 # The tests call low-level functions directly, outside headspec's float64 entry points: run the
 # whole test process in JAX's 64-bit mode (the test process's choice; headspec itself does not
@@ -98,20 +101,35 @@ def _release_compiled_programs():
 
 
 # ------------------------------------------------ every recipe at its smoke scale, once
-# `reproduce(scale="smoke")` runs in a child process started when the session starts (if any
-# selected test asks for `smoke_report`), beside the rest of the suite at a lower priority
-# (nice 10; nice 19 with one XLA thread measured slower, 903 s against 863 s for the suite): the
-# serial suite leaves part of the two CI cores idle, and the recipes' few hundred JIT compiles
-# stay out of the test process. The tests that use it run last (pytest_collection_modifyitems)
-# and read the report back from its files (outcomes.json, configs/, data/, figures/); the
-# folder is removed after a session that passed, kept (and named) after one that failed.
+# `reproduce(scale="smoke")` runs in a child process started when the first process of the
+# session (the only one, or the first pytest-xdist worker) finds a selected test that asks for
+# `smoke_report`, beside the rest of the suite at a lower priority (nice 10): the recipes' few
+# hundred JIT compiles stay out of the test processes and use the CPU the tests leave idle. The
+# tests that use it run last (pytest_collection_modifyitems) and read the report back from its
+# files (outcomes.json, configs/, data/, figures/). The child's folder is shared by every
+# worker (HEADSPEC_TEST_SMOKE, set by the controlling process before workers start); it is
+# removed after a session that passed, kept (and named) after one that failed.
 SMOKE_FIXTURE = "smoke_report"
 SMOKE_CHILD = (
     "import sys; from headspec.apps.experiments import reproduce; "
     "outs = reproduce(scale='smoke', outdir=sys.argv[1], log=lambda s: print(s, flush=True)); "
     "sys.exit(0 if all(o.error is None for o in outs) else 3)"
 )
-_smoke: dict = {}
+# The shell writes the child's exit status to `rc` even when the child dies of a signal.
+SMOKE_SHELL = (
+    'nice -n 10 "$0" -c "$1" "$2/report" > "$2/log" 2>&1; echo $? > "$2/rc.part"; '
+    'mv "$2/rc.part" "$2/rc"'
+)
+if "HEADSPEC_TEST_SMOKE" not in os.environ:  # the controlling process; xdist workers inherit it
+    os.environ["HEADSPEC_TEST_SMOKE"] = tempfile.mkdtemp(prefix="headspec_smoke_report_")
+
+
+def _is_worker(config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _smoke_folder() -> Path:
+    return Path(os.environ["HEADSPEC_TEST_SMOKE"])
 
 
 def _wants_smoke(items) -> bool:
@@ -129,57 +147,65 @@ def pytest_collection_modifyitems(session, config, items):
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session):
-    """Start the smoke reproduction if a selected test reads it; those tests run last."""
+    """Start the smoke reproduction (once per session) if a selected test reads it; those tests
+    run last."""
     items = session.items
     if not _wants_smoke(items):
         return
     items.sort(key=lambda i: SMOKE_FIXTURE in getattr(i, "fixturenames", ()))  # stable: last
+    folder = _smoke_folder()
+    try:  # the first process to get here starts the child; the others read its files
+        os.close(os.open(folder / "started", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
     import subprocess
     import sys
-    import tempfile
 
-    folder = Path(tempfile.mkdtemp(prefix="headspec_smoke_report_"))
-    log = open(folder.parent / f"{folder.name}.log", "w")  # closed in pytest_sessionfinish
-    env = {**os.environ, "MPLBACKEND": "Agg"}
-    _smoke.update(
-        folder=folder, log=log,
-        proc=subprocess.Popen(
-            ["nice", "-n", "10", sys.executable, "-c", SMOKE_CHILD, str(folder / "report")],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-        ),
+    proc = subprocess.Popen(
+        ["sh", "-c", SMOKE_SHELL, sys.executable, SMOKE_CHILD, str(folder)],
+        stdin=subprocess.DEVNULL, env={**os.environ, "MPLBACKEND": "Agg"},
+        start_new_session=True,  # its own process group: pytest_sessionfinish stops it whole
     )  # fmt: skip
+    (folder / "pgid").write_text(str(proc.pid))
 
 
 def pytest_sessionfinish(session, exitstatus):
-    proc = _smoke.get("proc")
-    if proc is not None and proc.poll() is None:
-        proc.kill()
-        proc.wait()
-    if _CACHE is not None:
-        shutil.rmtree(_CACHE, ignore_errors=True)
-    if "log" in _smoke:
-        _smoke["log"].close()
-        if exitstatus == 0:
-            shutil.rmtree(_smoke["folder"], ignore_errors=True)
-            Path(_smoke["log"].name).unlink(missing_ok=True)
+    if _is_worker(session.config):
+        return
+    folder = os.environ.get("HEADSPEC_TEST_SMOKE")
+    if not folder or not Path(folder).exists():
+        return
+    folder = Path(folder)
+    pgid = folder / "pgid"
+    if pgid.exists() and not (folder / "rc").exists():
+        import signal
+
+        try:
+            os.killpg(int(pgid.read_text()), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+    if exitstatus == 0 or not pgid.exists():
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def smoke_report():
     """(report folder, {experiment id: Outcome}) of every recipe at its smoke scale."""
+    import time
+
     from headspec.apps.experiments.report import read_outcomes
 
-    if "proc" not in _smoke:
+    folder = _smoke_folder()
+    if not (folder / "started").exists():
         pytest.fail("the smoke reproduction was not started (see conftest.py)")
-    proc = _smoke["proc"]
-    try:
-        rc = proc.wait(timeout=1800)
-    except Exception:
-        proc.kill()
-        raise
-    _smoke["log"].flush()
-    log = Path(_smoke["log"].name).read_text()
-    folder = _smoke["folder"] / "report"
-    if rc not in (0, 3) or not (folder / "outcomes.json").exists():
-        pytest.fail(f"the smoke reproduction in {folder} failed (exit {rc}):\n{log[-4000:]}")
-    return folder, {o.id: o for o in read_outcomes(folder)}
+    deadline = time.monotonic() + 1800
+    while not (folder / "rc").exists():
+        if time.monotonic() > deadline:
+            pytest.fail(f"the smoke reproduction in {folder} ran past 30 min")
+        time.sleep(1.0)
+    rc = int((folder / "rc").read_text())
+    report = folder / "report"
+    if rc not in (0, 3) or not (report / "outcomes.json").exists():
+        log = (folder / "log").read_text() if (folder / "log").exists() else ""
+        pytest.fail(f"the smoke reproduction in {report} failed (exit {rc}):\n{log[-4000:]}")
+    return report, {o.id: o for o in read_outcomes(report)}

@@ -229,7 +229,7 @@ def test_quick_start_commands_are_what_ci_and_pytest_run():
     venv, install, run = run_cmd.split(" && ")
     ci_venv, ci_install, ci_pytest = test_cmd.split(" && ")
     assert (venv, install) == (ci_venv, ci_install.replace('".[test]"', "."))
-    assert run.startswith(".venv/bin/headspec ") and ci_pytest == ".venv/bin/pytest"
+    assert run.startswith(".venv/bin/headspec ") and ci_pytest == ".venv/bin/pytest -n auto"
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert project["project"]["scripts"]["headspec"] == "headspec.apps.cli:main"
     assert "test" in project["project"]["optional-dependencies"]
