@@ -120,7 +120,10 @@ SMOKE_SHELL = (
     'nice -n 10 "$0" -c "$1" "$2/report" > "$2/log" 2>&1; echo $? > "$2/rc.part"; '
     'mv "$2/rc.part" "$2/rc"'
 )
-if "HEADSPEC_TEST_SMOKE" not in os.environ:  # the controlling process; xdist workers inherit it
+# made (and removed) by the controlling process; xdist workers inherit it. A folder given in
+# HEADSPEC_TEST_SMOKE is the caller's: read (a report already in it is used), never removed.
+_SMOKE_OWNED = "HEADSPEC_TEST_SMOKE" not in os.environ
+if _SMOKE_OWNED:
     os.environ["HEADSPEC_TEST_SMOKE"] = tempfile.mkdtemp(prefix="headspec_smoke_report_")
 
 
@@ -138,21 +141,47 @@ def _wants_smoke(items) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(session, config, items):
-    """Mark each test with its tier, before ``-m`` selects among them."""
+    """Mark each test with its tier, before ``-m`` selects among them; the tests that read the
+    smoke reproduction go last (in this order pytest-xdist workers report their collection) and
+    are listed for the xdist scheduler below."""
     for item in items:
         tier = _tier(item)
         if tier != "slow":
             item.add_marker(getattr(pytest.mark, tier))
+    items.sort(key=lambda i: SMOKE_FIXTURE in getattr(i, "fixturenames", ()))  # stable: last
+    smoke = [i.nodeid for i in items if SMOKE_FIXTURE in getattr(i, "fixturenames", ())]
+    if smoke and _is_worker(config):
+        tmp = _smoke_folder() / f"ids.{os.getpid()}"
+        tmp.write_text("\n".join(smoke))
+        os.replace(tmp, _smoke_folder() / "ids")  # every worker writes the same list
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Whole files per worker (module fixtures computed once), except that the tests reading the
+    smoke reproduction form one last group of their own: a worker takes them only when every
+    other file has been handed out, instead of waiting for the child while work is left."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SmokeLast(LoadFileScheduling):
+        _smoke: set | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._smoke is None:
+                ids = _smoke_folder() / "ids"
+                self._smoke = set(ids.read_text().split("\n")) if ids.exists() else set()
+            return "~smoke" if nodeid in self._smoke else super()._split_scope(nodeid)
+
+    return SmokeLast(config, log)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session):
-    """Start the smoke reproduction (once per session) if a selected test reads it; those tests
-    run last."""
-    items = session.items
-    if not _wants_smoke(items):
+    """Start the smoke reproduction (once per session) if a selected test reads it."""
+    if not _wants_smoke(session.items):
         return
-    items.sort(key=lambda i: SMOKE_FIXTURE in getattr(i, "fixturenames", ()))  # stable: last
     folder = _smoke_folder()
     try:  # the first process to get here starts the child; the others read its files
         os.close(os.open(folder / "started", os.O_CREAT | os.O_EXCL | os.O_WRONLY))
@@ -170,12 +199,9 @@ def pytest_collection_finish(session):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if _is_worker(session.config):
+    folder = _smoke_folder()
+    if _is_worker(session.config) or not _SMOKE_OWNED or not folder.exists():
         return
-    folder = os.environ.get("HEADSPEC_TEST_SMOKE")
-    if not folder or not Path(folder).exists():
-        return
-    folder = Path(folder)
     pgid = folder / "pgid"
     if pgid.exists() and not (folder / "rc").exists():
         import signal
