@@ -17,6 +17,7 @@ from headspec.apps.cli.common import (
     counted,
     err,
     fail,
+    figure_paths,
     load_or_fail,
     load_result_seed,
     out,
@@ -95,15 +96,17 @@ def saddles(
         fail(f"--method {method!r} is not one of exact, qmc, mc; fix: --method exact")
     if out_path.suffix == ".json":
         fail("--out is the netCDF file (the JSON goes beside it); fix: give a name ending in .nc")
+    also = [("the JSON beside --out", out_path.with_suffix(".json")),
+            *figure_paths(out_path.parent, out_path.stem, ["saddles"], fmts)]  # fmt: skip
     if from_ is not None:
         if config is not None or set_:
             fail("--from analyses a result as it was run; fix: drop --config/--set, or drop --from")
-        check_output_path(out_path)
+        check_output_path(out_path, inputs=[("--from", from_)], also=also)
         ds, i = load_result_seed(from_, seed)
         source = str(from_)
     else:
         overrides = list(set_ or []) + ["seeds=1"] + ([] if seed is None else [f"seed={seed}"])
-        cfg = load_or_fail(TheoryConfig, config, overrides, out_path)
+        cfg = load_or_fail(TheoryConfig, config, overrides, out_path, also=also)
         ds, i, source = _solve(cfg), 0, "ode"
     _analyse(ds, i, n, not gradient_flow, group_cos, out_path, fmts, source, method)
 
