@@ -35,8 +35,9 @@ def read_manifest(folder: str | Path) -> dict:
         _check_manifest(data)
     except (ValueError, UnicodeDecodeError) as e:
         raise SweepError(
-            f"{path} is not a readable sweep manifest ({e}); fix: re-run the sweep with --force "
-            "(finished point files are kept and re-used)"
+            f"{path} is not a readable sweep manifest ({e}); fix: give the output folder of a "
+            "headspec sweep, or, if this sweep's manifest was damaged, re-run the sweep with "
+            "--force (finished point files are kept and re-used)"
         ) from None
     return data
 
