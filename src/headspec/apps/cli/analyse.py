@@ -12,8 +12,10 @@ from headspec.apps.cli.common import (
     ResultArg,
     app,
     check_output_dir,
+    check_paths,
     err,
     fail,
+    figure_paths,
     load_result_seed,
     out,
 )
@@ -92,6 +94,9 @@ def compare(
     if until is not None and not (math.isfinite(until) and until > 0):
         fail(f"--until {until} is not a positive time; fix: give a time t > 0, e.g. --until 30")
     check_output_dir(out_dir or sim.parent)
+    check_paths(figure_paths(out_dir or sim.parent, f"{sim.stem}_vs_{theory_file.stem}",
+                             ("risk", "overlaps"), fmts),
+                [("SIM.nc", sim), ("THEORY.nc", theory_file)], make_folders=True)  # fmt: skip
     try:
         s_ds, t_ds = results.load(sim), results.load(theory_file)
     except results.ResultError as e:
@@ -158,6 +163,8 @@ def prune(
     seeds = [int(s) for s in ds.seed.values]
     _check_prune_size(ds, n, random_orders)
     check_output_dir(out_dir or result.parent)
+    check_paths(figure_paths(out_dir or result.parent, result.stem, ["prune"], ("png",)),
+                [("RESULT", result)], make_folders=True)  # fmt: skip
     with err.status("pruning…"):
         res = prune_result(ds, seed_index=i, n=n, random_orders=random_orders)
     table = Table(title=f"pruning seed {seeds[i]} of {result.name} at t = {float(ds.t[-1]):g}")
@@ -227,4 +234,8 @@ def plot_cmd(
         check_same_dynamics(ds, th, result, theory, force)
     folder = out_dir or result.parent
     check_output_dir(folder)
+    from headspec.apps.plots.save import FIGURES
+
+    check_paths(figure_paths(folder, result.stem, FIGURES, fmts),
+                [("RESULT", result), ("--theory", theory)], make_folders=True)  # fmt: skip
     write_result_figures(ds, folder, result.stem, fmts, theory=th)

@@ -68,26 +68,36 @@ def fail(message: str, code: int = 2):
 def _writable(folder: Path) -> bool:
     """Whether a file can really be created in ``folder`` (tried: permissions alone do not tell,
     e.g. for root in a read-only or virtual file system such as /proc)."""
-    import tempfile
+    from headspec.conventions.io import _can_create_in
+
+    return _can_create_in(str(folder))
+
+
+def check_paths(outputs, inputs=(), managed=(), make_folders: bool = False) -> None:
+    """Refuse, before any work, an output that cannot be written or would destroy a file of the
+    user's: an input, another output, a file the command keeps for itself (``managed``), a
+    write-protected file, a symlink loop or one into a missing folder, a name over the file
+    system's limit (headspec.conventions.io.check_outputs). Arguments are ``(label, path)``."""
+    from headspec.conventions.io import PathError, check_outputs
 
     try:
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".headspec-probe-"):
-            return True
-    except OSError:
-        return False
+        check_outputs(list(outputs), list(inputs), list(managed), make_folders)
+    except PathError as e:
+        fail(str(e))
 
 
-def check_output_path(path: Path | None) -> None:
-    """Refuse an output path whose folder is missing or not writable, or that is a folder —
+def figure_paths(folder: Path, stem: str, names, fmts) -> list[tuple[str, Path]]:
+    """``(label, path)`` of the figures ``folder/{stem}_{name}.{fmt}`` a command will write."""
+    return [("the figure", folder / f"{stem}_{n}.{f}") for n in names for f in fmts]
+
+
+def check_output_path(path: Path | None, option: str = "--out", inputs=(), also=()) -> None:
+    """Refuse an output path whose folder is missing or not writable, or that is a folder, or
+    any of check_paths' refusals against ``inputs`` and the command's other outputs ``also`` —
     before any work, so that no computation is lost to a late error."""
     if path is None:
         return
-    if path.is_dir():
-        fail(f"output {str(path)!r} is a folder; fix: give a file name")
-    if not path.parent.is_dir():
-        fail(f"the folder of output {str(path)!r} does not exist; fix: create it first")
-    if not _writable(path.parent):
-        fail(f"cannot write in the folder of output {str(path)!r}; fix: choose a writable folder")
+    check_paths([(option, path), *also], inputs)
 
 
 def check_output_dir(folder: Path | None, option: str = "--out-dir") -> None:
@@ -109,10 +119,14 @@ def load_or_fail(
     overrides: list[str],
     out_path: Path | None,
     base: dict | None = None,
+    option: str = "--out",
+    inputs=(),
+    also=(),
 ):
     """The validated config, or exit 2 with its message; then refuse a run that cannot fit in
-    memory or never ends (headspec.conventions.budget) and a bad output path — all before any
-    work."""
+    memory or never ends (headspec.conventions.budget) and a bad output path (``option``, and
+    the command's other outputs ``also``) — one that would overwrite the config, ``inputs`` or
+    the file theory.init.path reads — all before any work."""
     from headspec.conventions.budget import check_budget
     from headspec.conventions.config import ConfigError, load_config
 
@@ -121,7 +135,12 @@ def load_or_fail(
         check_budget(cfg)
     except ConfigError as e:
         fail(str(e))
-    check_output_path(out_path)
+    init = getattr(getattr(cfg, "theory", None), "init", None)
+    init_path = getattr(init, "path", None)
+    inputs = [("--config", config), *inputs]
+    if init_path is not None:
+        inputs.append(("theory.init.path", Path(init_path)))
+    check_output_path(out_path, option, inputs, also)
     return cfg
 
 

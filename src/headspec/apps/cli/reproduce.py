@@ -15,6 +15,7 @@ from headspec.apps.cli.common import (
     TlsKeyOpt,
     app,
     check_output_dir,
+    check_paths,
     check_scheduler_options,
     counted,
     err,
@@ -70,13 +71,22 @@ def reproduce(
         fail(f"--scale {scale!r} is not known; fix: use quick or full")
     security = check_scheduler_options(scheduler, tls_ca_file, tls_cert, tls_key)
     ids = None
-    if only:
-        ids = [x.strip().upper() for x in only.split(",") if x.strip()]
+    if only is not None:  # an empty --only (an unset shell variable) is no selection
+        ids = list(dict.fromkeys(x.strip().upper() for x in only.split(",") if x.strip()))
+        if not ids:
+            fail(f"--only {only!r} names no experiment; fix: give some of "
+                 f"{', '.join(EXPERIMENT_FILES)} (comma-separated), or drop --only to run "
+                 "them all")  # fmt: skip
         bad = [x for x in ids if x not in EXPERIMENT_FILES]
         if bad:
             fail(f"--only: unknown experiment {bad[0]!r}; fix: use some of "
                  f"{', '.join(EXPERIMENT_FILES)}")  # fmt: skip
     check_output_dir(out_dir, "--out")
+    _check_report_folder(out_dir)
+    tls = [("--tls-ca-file", tls_ca_file), ("--tls-cert", tls_cert), ("--tls-key", tls_key)]
+    managed = [(f"the report's {name}", out_dir / name) for name in (*REPORT_FILES, "data",
+               "figures", "configs")]  # fmt: skip
+    check_paths([], tls, managed)
     with progress_bar(counted("experiments"), eta=False) as bar:
         job = bar.add_task("starting…", total=len(ids or EXPERIMENT_FILES))
 
@@ -123,3 +133,30 @@ def reproduce(
     out.print(f"wrote {out_dir / 'index.html'} and {out_dir / 'index.md'}")
     if any(o.error for o in outcomes):
         raise typer.Exit(1)
+
+
+REPORT_FILES = ("index.md", "index.html", "outcomes.json")
+
+
+def _check_report_folder(out_dir: Path) -> None:
+    """Refuse a --out folder whose index.md, index.html or outcomes.json a reproduction would
+    replace but did not write: the folder holds no report of headspec (no outcomes.json of the
+    report's shape) — e.g. a project folder with its own index.html."""
+    import json
+
+    from headspec.apps.experiments.report import OUTCOMES
+
+    if not out_dir.is_dir():
+        return
+    found = [name for name in REPORT_FILES if (out_dir / name).exists()]
+    if not found:
+        return
+    try:
+        data = json.loads((out_dir / OUTCOMES).read_text())
+        ours = isinstance(data, dict) and {"scale", "experiments", "environment"} <= data.keys()
+    except (OSError, ValueError, UnicodeDecodeError):
+        ours = False
+    if not ours:
+        fail(f"--out {str(out_dir)!r} holds {', '.join(found)} but no report of headspec "
+             f"reproduce ({OUTCOMES} missing or not a report's), and a reproduction would "
+             "replace them; fix: give another --out folder, or move those files away")  # fmt: skip

@@ -29,6 +29,7 @@ from headspec.apps.cli.common import (
     counted,
     err,
     fail,
+    figure_paths,
     load_or_fail,
     load_result_seed,
     out,
@@ -78,7 +79,7 @@ def bayes(
         [("bayes.route", route)],
         latent=latent,
     )
-    cfg = load_or_fail(BayesRunConfig, config, overrides, json_out)
+    cfg = load_or_fail(BayesRunConfig, config, overrides, json_out, option="--json")
 
     from headspec.conventions.runs import run_bayes
 
@@ -173,7 +174,7 @@ def simulate(
         [("model.activation", activation), ("train.engine", engine)],
         latent=latent,
     )  # fmt: skip
-    cfg = load_or_fail(SimulateConfig, config, overrides, out_path)
+    cfg = load_or_fail(SimulateConfig, config, overrides, out_path, also=_figures(out_path, plot))
 
     from headspec.conventions.runs import divergence_message
     from headspec.conventions.runs import simulate as run_simulation
@@ -202,6 +203,15 @@ def simulate(
         err.print("error: " + divergence_message(ds, i), markup=False, style="red")
     if failed or nan:
         raise typer.Exit(3)
+
+
+def _figures(out_path: Path, plot: bool) -> list:
+    """The figure files ``--plot`` will write beside ``out_path`` (none without it)."""
+    if not plot:
+        return []
+    from headspec.apps.plots.save import FIGURES
+
+    return figure_paths(out_path.parent, out_path.stem, FIGURES, ("png",))
 
 
 def _finish(ds, out_path: Path, plot: bool, extra: str = "") -> bool:
@@ -321,7 +331,9 @@ def theory(
         base = _base_from_simulation(init_from, seed)
     elif seed is not None:
         overrides.append(f"seed={seed}")
-    cfg = load_or_fail(TheoryConfig, config, overrides, out_path, base=base)
+    inputs = [("--init-from", init_from)]
+    also = _figures(out_path, plot)
+    cfg = load_or_fail(TheoryConfig, config, overrides, out_path, base, inputs=inputs, also=also)
 
     from headspec.conventions import build
     from headspec.conventions.runs import solve

@@ -17,6 +17,7 @@ from headspec.apps.cli.common import (
     counted,
     err,
     fail,
+    figure_paths,
     load_or_fail,
     load_result_seed,
     out,
@@ -95,15 +96,17 @@ def saddles(
         fail(f"--method {method!r} is not one of exact, qmc, mc; fix: --method exact")
     if out_path.suffix == ".json":
         fail("--out is the netCDF file (the JSON goes beside it); fix: give a name ending in .nc")
+    also = [("the JSON beside --out", out_path.with_suffix(".json")),
+            *figure_paths(out_path.parent, out_path.stem, ["saddles"], fmts)]  # fmt: skip
     if from_ is not None:
         if config is not None or set_:
             fail("--from analyses a result as it was run; fix: drop --config/--set, or drop --from")
-        check_output_path(out_path)
+        check_output_path(out_path, inputs=[("--from", from_)], also=also)
         ds, i = load_result_seed(from_, seed)
         source = str(from_)
     else:
         overrides = list(set_ or []) + ["seeds=1"] + ([] if seed is None else [f"seed={seed}"])
-        cfg = load_or_fail(TheoryConfig, config, overrides, out_path)
+        cfg = load_or_fail(TheoryConfig, config, overrides, out_path, also=also)
         ds, i, source = _solve(cfg), 0, "ode"
     _analyse(ds, i, n, not gradient_flow, group_cos, out_path, fmts, source, method)
 
@@ -177,7 +180,7 @@ def _table(found, sd):
             f"{s.t_start:.3g}–{s.t_end:.3g}",
             f"{s.level:.4f} → {s.risk:.4f}",
             f"{s.drift_before:.1e} → {s.drift_after:.0e}",
-            f"{s.max_z:.1f}" + ("" if s.is_fixed else " quasi"),
+            f"{s.max_z:.1f}" + ("" if s.is_fixed else " quasi*" if s.max_z <= 3 else " quasi"),
         )
         spectrum.add_row(
             str(k + 1),
@@ -195,7 +198,14 @@ def _table(found, sd):
             words.append(f"{k + 1}: {text}" + (f" (×{mult}, degenerate)" if mult > 1 else ""))
     notes = ["leading modes — " + "; ".join(words)] if words else []
     notes.append(
-        "z: largest |drift|/s.e. at the fixed point (≤ 3: fixed within Monte-Carlo error, else "
-        "quasi-fixed); unstable: Re λ > 3 s.e.; zero modes: symmetries (softmax biases)"
+        "z: largest |drift|/s.e. at the fixed point (fixed: the solver converged and z ≤ 3, "
+        "within Monte-Carlo error; else quasi-fixed); unstable: Re λ > 3 s.e.; zero modes: "
+        "symmetries (softmax biases)"
     )
+    # fixed = converged and z ≤ 3 (one rule, dynamics.fixed_points.is_fixed): not fixed with
+    # z ≤ 3 means the solver did not converge
+    unconverged = [str(k + 1) for k, s in enumerate(found) if not s.is_fixed and s.max_z <= 3]
+    if unconverged:
+        which = ", #".join(unconverged)
+        notes.append(f"* quasi-fixed although z ≤ 3: the solver did not converge (#{which})")
     return Group(where, spectrum, *(Text(n) for n in notes))

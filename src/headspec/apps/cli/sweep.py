@@ -17,7 +17,7 @@ from headspec.apps.cli.common import (
     app,
     banner,
     check_output_dir,
-    check_output_path,
+    check_paths,
     check_scheduler_options,
     counted,
     err,
@@ -114,6 +114,14 @@ def sweep_run(
     except ConfigError as e:
         fail(str(e))
     check_output_dir(plan.out, "--out")
+    base = None if spec.sweep.base is None else Path(root) / spec.sweep.base
+    inputs = [("SPEC.toml", spec_path), ("the base config", base), ("--tls-ca-file", tls_ca_file),
+              ("--tls-cert", tls_cert), ("--tls-key", tls_key)]  # fmt: skip
+    check_paths([], inputs, _managed(plan.out, with_results=True))
+    try:
+        sw.check_folder(plan, force)
+    except sw.SweepError as e:
+        fail(str(e))
     shape = " × ".join(f"{a.name}[{len(a.values)}]" for a in plan.axes)
     banner("sweep", [plan.kind, f"{plural(len(plan.points), 'point')} ({shape})",
                      f"{plural(plan.seeds, 'seed')} each in {plural(len(plan.tasks), 'task')}",
@@ -217,6 +225,23 @@ def _print_report(plan, report) -> None:
         out.print(f"wrote {sw.save_figure(sw.collect(plan.out), plan.out)}")
 
 
+def _managed(folder: Path, with_results: bool = False) -> list[tuple[str, Path]]:
+    """The files and folders of a sweep folder that only the sweep writes (``with_results``:
+    also the combined dataset and figure, which `sweep run` rewrites at its end)."""
+    from headspec.apps import sweep as sw
+
+    managed = [
+        ("the sweep's manifest", folder / sw.MANIFEST),
+        ("the sweep's points folder", folder / "points"),
+        ("the sweep's lock", folder / ".lock"),
+        ("the sweep's token", folder / sw.TOKEN),
+    ]
+    if with_results:
+        managed += [("the sweep's combined dataset", folder / sw.COLLECTED),
+                    ("the sweep's figure", folder / sw.FIGURE)]  # fmt: skip
+    return managed
+
+
 @sweep_app.command("collect")
 def sweep_collect(
     folder: Annotated[Path, typer.Argument(metavar="DIR", help="Output folder of a sweep.")],
@@ -227,12 +252,18 @@ def sweep_collect(
     """Combine the finished points of a sweep into one netCDF dataset (axes as coordinates)."""
     from headspec.apps import sweep as sw
 
-    check_output_path(out_path)
+    try:
+        sw.read_manifest(folder)  # first: a folder that is no sweep's is named as such
+    except sw.SweepError as e:
+        fail(str(e))
+    target = out_path or folder / sw.COLLECTED
+    figure = target.parent / sw.FIGURE
+    check_paths([("--out", target), ("the figure", figure)], [], _managed(folder))
     try:
         ds = sw.collect(folder)
     except sw.SweepError as e:
         fail(str(e))
-    path = sw.save_collected(ds, out_path or folder / sw.COLLECTED)
+    path = sw.save_collected(ds, target)
     dims = ", ".join(f"{k} = {v}" for k, v in ds.sizes.items())
     done, points = ds.attrs["points_finished"], plural(int(ds.attrs["points"]), "point")
     out.print(f"{done} of {points} finished; {dims}")
@@ -251,7 +282,7 @@ def sweep_status(
         manifest = sw.read_manifest(folder)
     except sw.SweepError as e:
         fail(str(e))
-    table = Table(title=f"sweep {folder} ({manifest['spec']['kind']})")
+    table = Table(title=f"sweep {folder} ({manifest['spec'].get('kind', '?')})")
     table.add_column("status")
     table.add_column("tasks", justify="right", no_wrap=True)
     for k, v in sorted(sw.status_counts(manifest).items()):
@@ -259,4 +290,5 @@ def sweep_status(
     out.print(table)
     for e in manifest["tasks"]:
         if e["status"] == "failed":
-            err.print(f"failed: {e['params']}: {e.get('error', '?')}", markup=False, style="red")
+            err.print(f"failed: {e.get('params')}: {e.get('error', '?')}", markup=False,
+                      style="red")  # fmt: skip

@@ -49,8 +49,8 @@ from headspec.apps.sweep.cluster import (
     probe_scheduler,
     tls_security,
 )
-from headspec.apps.sweep.collect import COLLECTED, collect, save_collected, save_figure
-from headspec.apps.sweep.driver import Report, prepare, run
+from headspec.apps.sweep.collect import COLLECTED, FIGURE, collect, save_collected, save_figure
+from headspec.apps.sweep.driver import Report, check_folder, prepare, run
 from headspec.apps.sweep.errors import SweepError
 from headspec.apps.sweep.manifest import (
     MANIFEST,
@@ -74,6 +74,7 @@ from headspec.apps.sweep.worker import TOKEN, WORKER_ENV, run_task
 __all__ = [
     "COLLECTED",
     "CONNECT_TIMEOUT",
+    "FIGURE",
     "MANIFEST",
     "MANIFEST_VERSION",
     "MODELS",
@@ -88,6 +89,7 @@ __all__ = [
     "SweepSpec",
     "SweepTask",
     "available_cores",
+    "check_folder",
     "check_scheduler",
     "collect",
     "config_hash",

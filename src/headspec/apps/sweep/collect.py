@@ -13,6 +13,7 @@ from headspec.apps.sweep.errors import SweepError
 from headspec.apps.sweep.manifest import read_manifest
 
 COLLECTED = "sweep.nc"
+FIGURE = "sweep_final_risk.png"
 
 
 def collect(folder: str | Path) -> Any:
@@ -154,6 +155,6 @@ def save_figure(ds, folder: str | Path) -> Path:
     """The final-risk figure of a collected sweep, as ``folder/sweep_final_risk.png``."""
     from headspec.apps.plots import plot_sweep, write_figure
 
-    path = Path(folder) / "sweep_final_risk.png"
+    path = Path(folder) / FIGURE
     write_figure(plot_sweep(ds), path, dpi=120)
     return path

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from headspec.apps.sweep.cluster import dask_client
-from headspec.apps.sweep.collect import COLLECTED, collect, save_collected
+from headspec.apps.sweep.collect import COLLECTED, FIGURE, collect, save_collected
 from headspec.apps.sweep.errors import SweepError
 from headspec.apps.sweep.manifest import (
     MANIFEST,
@@ -20,6 +20,7 @@ from headspec.apps.sweep.manifest import (
     _file_status,
     _folder_lock,
     _sha256,
+    is_sweep_manifest,
     read_manifest,
     spec_differences,
     task_is_intact,
@@ -43,13 +44,77 @@ class Report:
     diverged_tasks: list[tuple[dict, list[int]]] = field(default_factory=list)
 
 
+def check_folder(sweep: Sweep, force: bool = False) -> dict | None:
+    """Refuse, before anything is made or run, an output folder this sweep must not write in;
+    returns its old manifest (None for a new folder). Only reads.
+
+    Refused (:class:`SweepError`): a folder holding another spec's sweep unless ``force`` (which
+    re-uses the points whose config is unchanged); and, even with ``force``, files a sweep
+    would overwrite that no sweep wrote — a ``manifest.json`` that is not a sweep's (nor an
+    unreadable one beside a ``points/`` folder), a ``sweep.nc`` that is not a collected sweep,
+    and a ``sweep_final_risk.png`` in a folder that holds no sweep yet.
+    """
+    folder = sweep.out
+    path = folder / MANIFEST
+    old = None
+    if path.exists() or path.is_symlink():
+        try:
+            old = read_manifest(folder)
+        except SweepError:
+            owned = is_sweep_manifest(path) or (folder / "points").is_dir()
+            if not owned:
+                raise SweepError(
+                    f"{path} is not a headspec sweep manifest and {folder} holds no points/: "
+                    "the file is not a sweep's, and running would replace it; fix: give another "
+                    "output folder (--out), or move that file away"
+                ) from None
+            if not force:
+                raise
+    if old is not None and old.get("spec_hash") != sweep.spec_hash and not force:
+        diffs = spec_differences(old.get("spec", {}), sweep.record()) or ["(unreadable spec)"]
+        raise SweepError(
+            f"{folder} holds a sweep with another spec: "
+            + "; ".join(diffs)
+            + ". fix: give another output folder (--out), or --force to run the new "
+            "spec there (points whose config is unchanged are re-used)"
+        )
+    collected = folder / COLLECTED
+    if collected.exists() and not _is_collected(collected):
+        raise SweepError(
+            f"{collected} is not a collected sweep, and running would replace it with one; fix: "
+            "give another output folder (--out), or move that file away"
+        )
+    figure = folder / FIGURE
+    if old is None and not path.exists() and (figure.exists() or figure.is_symlink()):
+        raise SweepError(
+            f"{figure} was not written by a sweep of this folder (it holds no {MANIFEST}), and "
+            "running would replace it; fix: give another output folder (--out), or move that "
+            "file away"
+        )
+    return old
+
+
+def _is_collected(path: Path) -> bool:
+    """Whether a netCDF file is a collected sweep (its ``kind`` attribute); False if unreadable."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            kind = f.attrs.get("kind")
+    except Exception:  # not HDF5, unreadable: not ours
+        return False
+    return (kind.decode() if isinstance(kind, bytes) else str(kind)) == "sweep"
+
+
 def prepare(sweep: Sweep, force: bool = False) -> tuple[dict, list[SweepTask]]:
-    """Check the folder against the spec; returns the manifest to write and the tasks to run.
+    """Check the folder against the spec (:func:`check_folder`); returns the manifest to write
+    and the tasks to run.
 
     A folder holding another spec's manifest is refused (SweepError naming what differs)
     unless ``force``; finished files of tasks whose config is unchanged are kept either way.
     """
     folder = sweep.out
+    old = check_folder(sweep, force)
     (folder / "points").mkdir(parents=True, exist_ok=True)
     for tmp in (folder / "points").glob(".*.tmp"):  # left by a driver killed mid-write
         tmp.unlink(missing_ok=True)
@@ -57,24 +122,9 @@ def prepare(sweep: Sweep, force: bool = False) -> tuple[dict, list[SweepTask]]:
     old_entries: dict[str, dict] = {}
     created = None
     path = folder / MANIFEST
-    if path.exists():
-        try:
-            old = read_manifest(folder)
-        except SweepError:
-            if not force:
-                raise
-            old = None
-        if old is not None:
-            if old.get("spec_hash") != sweep.spec_hash and not force:
-                diffs = spec_differences(old.get("spec", {}), record) or ["(unreadable spec)"]
-                raise SweepError(
-                    f"{folder} holds a sweep with another spec: "
-                    + "; ".join(diffs)
-                    + ". fix: give another output folder (--out), or --force to run the new "
-                    "spec there (points whose config is unchanged are re-used)"
-                )
-            old_entries = {e["hash"]: e for e in old.get("tasks", []) if "hash" in e}
-            created = old.get("created")
+    if old is not None:
+        old_entries = {e["hash"]: e for e in old.get("tasks", []) if "hash" in e}
+        created = old.get("created")
     from headspec.conventions.provenance import run_metadata
 
     manifest = {
@@ -140,6 +190,7 @@ def run(
         with dask_client(scheduler, security=security, timeout=timeout) as remote:
             return run(sweep, client=remote, force=force, collect_after=collect_after,
                        on_start=on_start, on_result=on_result)  # fmt: skip
+    check_folder(sweep, force)  # a refused folder is left as it was: nothing made, no lock
     sweep.out.mkdir(parents=True, exist_ok=True)
     with _folder_lock(sweep.out):
         return _run(sweep, scheduler, workers, client, force, collect_after, on_start, on_result)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,8 @@ MANIFEST_VERSION = 1
 
 
 def read_manifest(folder: str | Path) -> dict:
+    """The manifest of a sweep folder, checked to be one (a JSON object of this version with a
+    spec and a list of tasks, each with a status); else :class:`SweepError` naming the file."""
     path = Path(folder) / MANIFEST
     if not path.is_file():
         raise SweepError(
@@ -29,14 +32,43 @@ def read_manifest(folder: str | Path) -> dict:
         )
     try:
         data = json.loads(path.read_text())
-        if data.get("manifest_version") != MANIFEST_VERSION or "tasks" not in data:
-            raise ValueError("not a headspec sweep manifest")
+        _check_manifest(data)
     except (ValueError, UnicodeDecodeError) as e:
         raise SweepError(
-            f"{path} is not a readable sweep manifest ({e}); fix: re-run the sweep with --force "
-            "(finished point files are kept and re-used)"
+            f"{path} is not a readable sweep manifest ({e}); fix: give the output folder of a "
+            "headspec sweep, or, if this sweep's manifest was damaged, re-run the sweep with "
+            "--force (finished point files are kept and re-used)"
         ) from None
     return data
+
+
+def _check_manifest(data) -> None:
+    """ValueError unless ``data`` has the manifest's shape (what status, collect and resume
+    read): a JSON list, a number or an entry without a status is not a manifest."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a JSON {type(data).__name__}, not an object")
+    if data.get("manifest_version") != MANIFEST_VERSION or "tasks" not in data:
+        raise ValueError("not a headspec sweep manifest")
+    spec, tasks = data.get("spec"), data["tasks"]
+    if not isinstance(spec, dict) or not isinstance(spec.get("axes", []), list):
+        raise ValueError("its spec is not a table")
+    if not isinstance(tasks, list):
+        raise ValueError("its tasks are not a list")
+    for k, e in enumerate(tasks):
+        if not (isinstance(e, dict) and isinstance(e.get("status"), str)):
+            raise ValueError(f"task {k} has no status")
+        if not isinstance(e.get("point"), int) or not isinstance(e.get("file", ""), str):
+            raise ValueError(f"task {k} has no grid point or a file name that is not text")
+
+
+def is_sweep_manifest(path: Path) -> bool:
+    """Whether ``path`` is a manifest written by a headspec sweep (readable or not): a JSON
+    object with its ``manifest_version`` — a file a sweep may replace."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(data, dict) and "manifest_version" in data and "spec_hash" in data
 
 
 def status_counts(manifest: dict) -> dict[str, int]:
@@ -126,21 +158,34 @@ def _file_status(path: Path) -> dict:
 # ----------------------------------------------------------------------------- folder lock
 @contextlib.contextmanager
 def _folder_lock(folder: Path) -> Iterator[None]:
-    """An exclusive lock on ``folder/.lock`` for this process (released by the OS if it dies)."""
+    """An exclusive lock on ``folder/.lock`` for this process (released by the OS if it dies);
+    the file is deleted when the lock is released, so that no run leaves it behind."""
     try:
         import fcntl
     except ImportError:  # not POSIX: no lock
         yield
         return
-    with (folder / ".lock").open("a") as f:
+    path = folder / ".lock"
+    while True:
+        f = path.open("a")
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            f.close()
             raise SweepError(
                 f"another headspec sweep is running in {folder}; fix: wait for it to finish, or "
                 "give another output folder (--out)"
             ) from None
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+        try:  # the holder before us may have deleted the file we opened: lock the new one
+            same = os.fstat(f.fileno()).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        f.close()
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # while still holding it (see the check above)
+        fcntl.flock(f, fcntl.LOCK_UN)
+        f.close()

@@ -186,7 +186,14 @@ def read_toml(path: str | Path) -> dict[str, Any]:
                 f"config {str(path)!r} is larger than {MAX_CONFIG_BYTES // 2**20} MiB, too large "
                 f"for a config; fix: give a TOML config file (a few kB)"
             )
-        return tomllib.loads(raw.decode())
+        if raw.startswith((b"\xff\xfe", b"\xfe\xff")):
+            raise ConfigError(
+                f"{path}: starts with a UTF-16 byte-order mark: the file is UTF-16, TOML is UTF-8; "
+                "fix: save it as UTF-8"
+            )
+        # A UTF-8 byte-order mark (as some Windows editors write) is accepted and skipped: TOML
+        # itself does not allow one, and tomllib calls it "invalid statement at line 1"
+        return tomllib.loads(raw.decode().removeprefix("\ufeff"))
     except FileNotFoundError:
         raise ConfigError(
             f"config file {str(path)!r} does not exist; fix: check the path"
