@@ -18,9 +18,14 @@ Example:
 from __future__ import annotations
 
 import math
+import os
 import re
 
 from headspec.conventions.config import ConfigError
+
+SAFETY = 0.8  # share of the available memory a run may plan to use
+FLOPS = 1e9  # floating-point operations a second assumed for the time estimate (2 CPU cores)
+MAX_SECONDS = 86_400.0  # a run estimated beyond a day of compute is refused
 
 # Usual sizes: a refusal blames the factor furthest above its usual size (ratio^power).
 USUAL = {"seeds": 8, "record.n_mc": 4096, "task.latent.atoms": 3, "task.L": 10, "model.H": 4,
@@ -51,8 +56,6 @@ def _fix(sized: tuple[str, tuple], alt: str = "") -> tuple[str, str, tuple]:
 def check_memory(est, available: int | None = None, refit=None) -> None:
     """Refuse an estimate above ``available`` bytes (default: the machine's, × SAFETY), naming
     its largest part, the settings it grows with, and a fix."""
-    from headspec.conventions.budget import SAFETY, available_memory
-
     limit = available if available is not None else int(available_memory() * SAFETY)
     if est.total <= limit:
         return
@@ -70,8 +73,6 @@ def check_time(est) -> None:
     """Refuse an estimate whose fastest-growing parts alone take more than :data:`MAX_SECONDS`
     at :data:`FLOPS` (e.g. `bayes` with thousands of atoms: an eigen-factor of their heads'
     overlaps per chunk), naming the cause and a value that fits."""
-    from headspec.conventions.budget import FLOPS, MAX_SECONDS
-
     total = sum(t.bytes for t in est.time)
     if total <= MAX_SECONDS:
         return
@@ -178,6 +179,42 @@ def parse_bytes(text: str) -> int:
         )
     power = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}[m.group(2).lower()]
     return int(float(m.group(1)) * 1024**power)
+
+
+def _read_int(path: str) -> int | None:
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def available_memory() -> int:
+    """Bytes this process may still take: ``HEADSPEC_MEMORY`` if set; else the smaller of
+    MemAvailable (/proc/meminfo; physical memory where there is none) and the cgroup's limit
+    less its usage."""
+    env = os.environ.get("HEADSPEC_MEMORY")
+    if env:
+        return parse_bytes(env)
+    avail = None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    avail = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    if avail is None:
+        try:
+            avail = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            avail = 8 * 2**30  # unknown platform: assume a small machine
+    limit, used = (_read_int(f"/sys/fs/cgroup/memory.{k}") for k in ("max", "current"))
+    if limit is not None and used is not None:
+        avail = min(avail, max(0, limit - used))
+    return avail
 
 
 def time_text(seconds: float) -> str:
