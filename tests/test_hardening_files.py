@@ -60,7 +60,7 @@ def _make(kind="simulation", *overrides, risk=None, failed=(), rb=0.2, seeds=1):
     return results.from_observations(
         kind=kind,
         t=[0.0, 0.5, 1.0],
-        steps=[0, 20, 40],
+        steps=[round(x * cfg.task.D / cfg.train.batch) for x in (0.0, 0.5, 1.0)],  # t·D/B
         seeds=np.arange(cfg.seed, cfg.seed + S),
         obs=obs,
         fail_step=fail_step,

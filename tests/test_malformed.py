@@ -282,8 +282,9 @@ def _result(path: Path, kind: str, H: int = 2) -> None:
     extra = {"bayes_risk": 0.275, "bayes_risk_se": 0.001}
     if kind == "theory":
         extra |= {"solver_steps": 10, "init": "perturbed"}
+    steps = np.round(np.linspace(0, 50, T)).astype(int)  # t = step·B/D at D = 50
     ds = results.from_observations(
-        kind=kind, t=np.linspace(0.0, 1.0, T), steps=np.arange(T), seeds=np.arange(S), obs=obs,
+        kind=kind, t=steps / 50, steps=steps, seeds=np.arange(S), obs=obs,
         fail_step=np.full(S, -1), fail_t=np.full(S, np.nan), config=cfg, extra_attrs=extra,
     )  # fmt: skip
     results.save(ds, path)

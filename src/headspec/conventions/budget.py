@@ -32,17 +32,16 @@ Example:
     >>> est.total < 2**30, est.work            # under 1 GiB; 20·100 SGD steps
     (True, 2000)
     >>> big = load_config(SimulateConfig, overrides=["seeds=1000000000"])
-    >>> check_budget(big, available=2**34)  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    ...
-    headspec.conventions.config.base.ConfigError: seeds × record.n_mc = 1,000,000,000 × 4,096: ...
+    >>> try:
+    ...     check_budget(big, available=2**34)
+    ... except ConfigError as e:
+    ...     print(str(e).split("; ")[1])        # the size furthest above its usual value
+    the cause is seeds = 1,000,000,000
 """
 
 from __future__ import annotations
 
 import math
-import os
-import re
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -52,8 +51,23 @@ from headspec.conventions.config import (
     SimulateConfig,
     TheoryConfig,
 )
+from headspec.conventions.refusal import (
+    FLOPS,
+    MAX_SECONDS,
+    SAFETY,
+    _fix,
+    _sizes,
+    available_memory,
+    check_memory,
+    check_time,
+    format_bytes,
+    parse_bytes,
+    refit,
+)
 
-SAFETY = 0.8  # share of the available memory a run may plan to use
+__all__ = ["FLOPS", "MAX_SECONDS", "SAFETY", "available_memory", "check_budget", "check_memory",
+           "check_time", "estimate", "format_bytes", "parse_bytes"]  # fmt: skip
+
 MAX_STEPS = 10**12  # SGD steps of one simulation: over 10 days at 1 µs a step
 MAX_GRID_STEPS = 2**53  # the time grid counts steps exactly (float64) only up to here
 INT64_MAX = 2**63 - 1
@@ -72,24 +86,29 @@ F64 = 8  # bytes of a float64
 
 
 class Term(NamedTuple):
-    """One part of a run's memory: its bytes, what it is, the settings it grows with (with their
-    values) and how to shrink it."""
+    """One part of a run's memory (or time): its bytes (or seconds), what it is, the settings it
+    grows with (with their values), how to shrink it, and ``factors``: (setting, value, power)
+    of the sizes it is proportional to (as size^power), from which the refusal names the cause
+    and a value that fits."""
 
     bytes: float
     what: str
     fields: str
     fix: str
+    factors: tuple = ()
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """The memory of a run by part (bytes) and its work (SGD steps, solver grid steps or
-    samples, as ``work_what`` says)."""
+    """The memory of a run by part (bytes), its work (SGD steps, solver grid steps or samples,
+    as ``work_what`` says), and the parts of its compute time that grow fastest (``time``:
+    Terms in seconds at :data:`FLOPS`)."""
 
     command: str
     terms: list[Term] = field(default_factory=list)
     work: int = 0
     work_what: str = ""
+    time: list[Term] = field(default_factory=list)
 
     @property
     def total(self) -> float:
@@ -105,63 +124,6 @@ def _n(x) -> str:
     return f"{int(x):,}"
 
 
-def format_bytes(b: float) -> str:
-    """``1.6 GB``, ``350 MB``; beyond exabytes as a power of ten."""
-    for unit, size in (("EB", 1e18), ("PB", 1e15), ("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
-        if b >= size:
-            if b >= 1000 * 1e18:
-                return f"10^{int(math.log10(b))} bytes"
-            return f"{b / size:.3g} {unit}"
-    return f"{b / 1e3:.3g} kB"
-
-
-def parse_bytes(text: str) -> int:
-    """``"64G"``, ``"512M"``, ``"1.5T"`` or a number of bytes → bytes (binary units)."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)i?[bB]?\s*", text)
-    if not m:
-        raise ConfigError(
-            f"HEADSPEC_MEMORY = {text!r} is not a size; fix: give bytes or e.g. 64G, 512M"
-        )
-    power = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}[m.group(2).lower()]
-    return int(float(m.group(1)) * 1024**power)
-
-
-def _read_int(path: str) -> int | None:
-    try:
-        with open(path) as f:
-            text = f.read().strip()
-    except OSError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def available_memory() -> int:
-    """Bytes this process may still take: ``HEADSPEC_MEMORY`` if set; else the smaller of
-    MemAvailable (/proc/meminfo; physical memory where there is none) and the cgroup's limit
-    less its usage."""
-    env = os.environ.get("HEADSPEC_MEMORY")
-    if env:
-        return parse_bytes(env)
-    avail = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) * 1024
-                    break
-    except OSError:
-        pass
-    if avail is None:
-        try:
-            avail = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            avail = 8 * 2**30  # unknown platform: assume a small machine
-    limit, used = (_read_int(f"/sys/fs/cgroup/memory.{k}") for k in ("max", "current"))
-    if limit is not None and used is not None:
-        avail = min(avail, max(0, limit - used))
-    return avail
-
-
 # ----------------------------------------------------------------------------- estimates
 def _law_sizes(latent) -> tuple[int, int]:
     """(F, A): features, and the points of the expectation over θ (atoms; 1 if continuous)."""
@@ -172,25 +134,18 @@ def _law_sizes(latent) -> tuple[int, int]:
 
 def _risk_terms(S: int | None, n: int, L: int, H: int, F: int, A: int, field_n: str) -> list[Term]:
     """The base samples of a D → ∞ risk (n of them) and its evaluation for S states at once
-    (S = None: one state, not a number of seeds)."""
+    (S = None: one state, not a number of seeds), over the law's A atoms and L tokens."""
     seeds = S is not None
     S = S or 1
     base = n * (L * (H + F) + F) * F64
     evaluate = S * n * A * L * (H + F) * F64 * C_RISK
+    per = (("seeds", S),) if seeds else ()
     return [
-        Term(
-            base,
-            "base samples of the D → ∞ risk",
-            f"{field_n} = {_n(n)}",
-            f"a smaller {field_n}",
-        ),
-        Term(
-            evaluate,
-            "evaluating the D → ∞ risk" + (" of every seed at once" if seeds else ""),
-            f"seeds × {field_n} = {_n(S)} × {_n(n)}" if seeds else f"{field_n} = {_n(n)}",
-            f"fewer seeds or a smaller {field_n}" if seeds else f"a smaller {field_n}",
-        ),
-    ]
+        Term(base, "base samples of the D → ∞ risk",
+             *_fix(_sizes((field_n, n), ("task.L", L)))),
+        Term(evaluate, "evaluating the D → ∞ risk" + (" of every seed at once" if seeds else ""),
+             *_fix(_sizes(*per, (field_n, n), ("task.latent.atoms", A), ("task.L", L)))),
+    ]  # fmt: skip
 
 
 def _record_term(S: int, points: int, H: int, F: int, A: int) -> Term:
@@ -200,6 +155,7 @@ def _record_term(S: int, points: int, H: int, F: int, A: int) -> Term:
         "the recorded time series",
         f"seeds × record.points = {_n(S)} × {_n(points)}",
         "fewer seeds or fewer record.points",
+        (("seeds", S, 1), ("record.points", points, 1)),
     )
 
 
@@ -226,12 +182,14 @@ def estimate_simulate(cfg: SimulateConfig) -> Estimate:
                 "keys and feature frames of every seed (and their float64 copies)",
                 f"seeds × (model.H + F) × task.D = {_n(S)} × {H + F} × {_n(D)}",
                 f"fewer seeds, {fix_D}",
+                (("seeds", S, 1), ("task.D", D, 1)),
             ),
             Term(
                 S * B * (L + 1) * D * isz * C_STEP,
                 "the tokens of one SGD step of every seed",
                 f"seeds × train.batch × task.L × task.D = {_n(S)} × {_n(B)} × {_n(L)} × {_n(D)}",
                 f"fewer seeds, a smaller train.batch, {fix_D}",
+                (("seeds", S, 1), ("train.batch", B, 1), ("task.L", L, 1), ("task.D", D, 1)),
             ),
         ]
         n_test = cfg.record.n_test
@@ -301,14 +259,17 @@ def _drift_terms(
             "base samples of the drift",
             f"{section}.n{cyc} = {_n(m)}",
             fix,
+            ((f"{section}.n", m, 1), ("task.L", L, 1)),
         ),
         Term(
             S * m * A * L * (H + F) * F64 * C_DRIFT,
             "the drift's per-sample gradients for every seed at once",
-            f"seeds × {section}.n{cyc} = {_n(S)} × {_n(m)}",
+            f"seeds × {section}.n{cyc} × atoms × task.L = {_n(S)} × {_n(m)} × {_n(A)} × {_n(L)}",
             f"fewer seeds or {fix}",
+            (("seeds", S, 1), (f"{section}.n", m, 1), ("task.latent.atoms", A, 1),
+             ("task.L", L, 1)),
         ),
-    ]
+    ]  # fmt: skip
 
 
 def _theory_samples(cfg: TheoryConfig) -> tuple[int, bool]:
@@ -344,6 +305,7 @@ def estimate_bayes(cfg: BayesRunConfig) -> Estimate:
     predictor's per-sample losses (kept for the paired standard errors)."""
     L, D, n = cfg.task.L, cfg.task.D, cfg.bayes.samples
     F, A = _law_sizes(cfg.task.latent)
+    chunk = 1
     discrete = cfg.task.latent.kind != "gaussian"
     heads = 1 + (A if discrete else 0)  # mean head, Bayes-softmax head per atom
     P = 5  # predictors: zero, uniform, mean head, Bayes-softmax, posterior
@@ -356,6 +318,11 @@ def estimate_bayes(cfg: BayesRunConfig) -> Estimate:
             "a smaller bayes.samples (--samples)",
         )
     ]
+    Ht = heads  # the heads of every predictor together: mean head and one per atom
+    terms.append(  # the predictors' joint overlaps (Ht × Ht) and their eigen-factor, per chunk
+        Term(Ht * Ht * F64 * 4, "the joint overlaps of the predictors' heads (one per atom)",
+             *_fix(_sizes(("task.latent.atoms", max(A, 1), 2))))
+    )  # fmt: skip
     if cfg.bayes.route == "projected":
         chunk = max(1, 2_000_000 // (L * (F + heads + 1)))
         terms.append(
@@ -364,6 +331,7 @@ def estimate_bayes(cfg: BayesRunConfig) -> Estimate:
                 "one chunk of projected sequences",
                 f"task.L = {_n(L)}",
                 "a smaller task.L (--L)",
+                (("task.L", L, 1),),
             )
         )
     else:
@@ -382,7 +350,19 @@ def estimate_bayes(cfg: BayesRunConfig) -> Estimate:
                 "a smaller task.D (--D), or the projected route (--route projected)",
             ),
         ]
-    return Estimate("bayes", terms, n, "samples")
+    chunks = -(-n // chunk)  # each draws λ = ν Mᵀ + ξ Sᵀ and factorises Q − MMᵀ afresh
+    if cfg.bayes.route == "projected":  # an eigh of Ht × Ht and λ = ν Mᵀ + ξ Sᵀ per chunk
+        seconds = chunks * (10 * Ht**3 + 2 * chunk * L * Ht * (Ht + F)) / FLOPS
+    else:  # λ = X Kᵀ per chunk
+        seconds = chunks * 2 * chunk * L * D * (Ht + F) / FLOPS
+    time = [
+        Term(
+            seconds,
+            "factorising and sampling the heads' overlaps for every chunk",
+            *_fix(_sizes(("task.latent.atoms", A, 2), ("bayes.samples", n), ("task.L", L))),
+        )
+    ]
+    return Estimate("bayes", terms, n, "samples", time)  # fmt: skip
 
 
 def estimate_prune(n: int, L: int, H: int, F: int, A: int, random_orders: int = 0) -> Estimate:
@@ -465,23 +445,9 @@ def check_budget(cfg, available: int | None = None) -> Estimate | None:
     if not isinstance(cfg, SimulateConfig | TheoryConfig | BayesRunConfig):
         return None  # a config of no run: only its numbers are checked
     est = estimate(cfg)
-    check_memory(est, available)
+    check_memory(est, available, refit(cfg, estimate))  # from refusal, as check_time
+    check_time(est)
     return est
-
-
-def check_memory(est: Estimate, available: int | None = None) -> None:
-    """Refuse an estimate above ``available`` bytes (default: the machine's, × SAFETY), naming
-    its largest part, the settings it grows with, and a fix."""
-    limit = available if available is not None else int(available_memory() * SAFETY)
-    if est.total <= limit:
-        return
-    big = est.largest
-    raise ConfigError(
-        f"{big.fields}: {est.command} needs ~{format_bytes(est.total)} of memory, mostly "
-        f"{big.what} (~{format_bytes(big.bytes)}), and this machine has "
-        f"{format_bytes(limit)} to spare; fix: {big.fix} (where the run will have more "
-        f"memory, say so with HEADSPEC_MEMORY, e.g. HEADSPEC_MEMORY=64G)"
-    )
 
 
 def check_sweep_size(points: int, tasks: int) -> None:

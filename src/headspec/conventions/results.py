@@ -24,7 +24,9 @@ This module owns the schema: :func:`load` checks every file it reads with :func:
 the variables, dimensions, coordinates and attributes above, and that ``config_json`` is JSON
 that validates as the config of its kind (SimulateConfig, TheoryConfig) with the file's H and F —
 and refuses anything else with one :class:`ResultError` line naming the file, what is wrong and
-the fix. :func:`validate` also knows the other netCDF files headspec writes, so that giving one
+the fix; then that its numbers mean something (:mod:`headspec.conventions.meaning`: finite M, Q,
+b in seeds not marked failed, Q − MMᵀ positive semi-definite, ``step`` = t·D/B).
+:func:`validate` also knows the other netCDF files headspec writes, so that giving one
 where a result is expected is named as such: ``kind = "saddles"`` (headspec.conventions.saddles)
 and ``kind = "sweep"`` (a collected sweep, headspec.apps.sweep.collect).
 
@@ -236,6 +238,16 @@ def validate(ds: xr.Dataset, where: str = "the dataset", kinds=tuple(_DESCRIBED)
             f"{where} is not a complete {_DESCRIBED[kind].split(' (')[0][2:]}: {problem}; fix: "
             f"{_FIX[kind]} (a file cut short or edited by hand must be written again)"
         )
+    if kind in RUN_KINDS:
+        from headspec.conventions.meaning import meaning_problem
+
+        problem = meaning_problem(ds)
+        if problem is not None:
+            raise ResultError(
+                f"{where} holds numbers no run can produce: {problem}; fix: write it again with "
+                f"headspec {'simulate' if kind == 'simulation' else 'theory'} (a file edited by "
+                "hand, or written by a run that did not check its states, cannot be used)"
+            )
 
 
 def _schema_problem(ds: xr.Dataset, kind: str) -> str | None:

@@ -58,7 +58,7 @@ def simulate(cfg, progress: Callable[[int, int], None] | None = None, schedule=N
     steps, ts = _grid(cfg)
     obs, state = run(engine, state, keys["train"], steps, base, test, progress)
     fail_step = np.asarray(state.fail_step)
-    return assemble(
+    ds = assemble(
         "simulation",
         cfg,
         law,
@@ -75,6 +75,12 @@ def simulate(cfg, progress: Callable[[int, int], None] | None = None, schedule=N
             **_engine_attrs(cfg, engine),
         },
     )
+    if hasattr(state, "fail_check"):  # the diffusion engine says which check a seed failed
+        from headspec.dynamics.engines.diffusion import CHECKS
+
+        why = [CHECKS.get(int(c), "") for c in np.asarray(state.fail_check)]
+        ds["fail_reason"] = ("seed", np.asarray(why, dtype=object))
+    return ds
 
 
 def _engine_attrs(cfg, engine) -> dict:
@@ -185,6 +191,15 @@ def divergence_message(ds, seed_index: int) -> str:
         else f"the learning rate (train.lr = {lr}) is likely too large — lower train.lr (or "
         f"train.lr_b)"
     )
+    reason = str(ds["fail_reason"].values[seed_index]) if "fail_reason" in ds else ""
+    if reason.startswith("Q − MMᵀ"):  # the diffusion engine's realisability check
+        return (
+            f"seed {int(ds.seed[seed_index])} failed at step {step} (t = {t:.4g}): {reason}, "
+            f"checked after every solver step; the diffusion engine's SDE is outside its domain "
+            f"of validity here (README, 'The diffusion engine'); fix: a smaller "
+            f"diffusion.dt, a smaller train.lr or task.latent.scale, or --engine reduced; its "
+            f"results stop at t = {t:.4g}"
+        )
     return (
         f"seed {int(ds.seed[seed_index])} diverged at step {step} (t = {t:.4g}): the loss, "
         f"biases or key norms became non-finite; {cause}; its results stop at t = {t:.4g}"

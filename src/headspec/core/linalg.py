@@ -53,6 +53,18 @@ def principal_root(S: Array, rtol: float = 1e-12) -> Array:
     return C * sign[None, :]
 
 
+def min_eigenvalue(S: Array) -> Array:
+    """The smallest eigenvalue of a symmetric S (n, n) (its symmetric part), batched by a loop
+    under ``vmap`` as :func:`psd_root`'s eigh (no batched LAPACK call: see ``_eigh``)."""
+    return _eigh(0.5 * (S + S.T))[0][0]
+
+
+def psd_project(S: Array) -> Array:
+    """S (n, n) symmetric with its negative eigenvalues set to 0: the nearest PSD matrix."""
+    w, V = _eigh(0.5 * (S + S.T))
+    return (V * jnp.maximum(w, 0.0)[None, :]) @ V.T
+
+
 @jax.custom_batching.sequential_vmap
 def _eigh(S):
     """``jnp.linalg.eigh``, batched by a loop (one matrix per LAPACK call) under ``vmap``.

@@ -40,30 +40,42 @@ def compare(sim: xr.Dataset, theory: xr.Dataset, until: float | None = None) -> 
     (the same initial state gives the same identities). Risk deviations are relative to the
     theory; M, Q, b and cos are absolute. ``until`` limits the window to t ≤ until.
 
-    Returns ``{quantity: {"max_dev", "t", "relative", "sim_se"}}`` (sim_se: standard error of the
-    simulation's seed mean at that time, for risk).
+    NaN is never skipped silently: seeds marked failed (in either file) are left out of both
+    means and named in ``excluded``; a time at which a mean is still NaN (the theory's grid ends
+    earlier, every seed failed) counts in ``nan_points`` and the largest deviation is taken over
+    the other times (NaN if none).
+
+    Returns ``{quantity: {"max_dev", "t", "relative", "sim_se", "excluded", "nan_points"}}``
+    (sim_se: standard error of the simulation's seed mean at that time, for risk; excluded:
+    ``{"simulation": [seeds], "theory": [seeds]}``).
     """
     th = align_time(sim, theory)
-    common = [s for s in th.seed.values if s in set(sim.seed.values)]
+    failed = {name: [int(s) for s, f in zip(d.seed.values, d.failed.values, strict=True) if f]
+              for name, d in (("simulation", sim), ("theory", th))}  # fmt: skip
+    drop = set(failed["simulation"]) | set(failed["theory"])
+    common = [s for s in th.seed.values if s in set(sim.seed.values) and s not in drop]
     if common and th.attrs.get("init") == "simulation":
         sim_sel, th_sel = sim.sel(seed=common), th.sel(seed=common)
     else:
-        sim_sel, th_sel = sim, th
+        sim_sel = sim.sel(seed=[s for s in sim.seed.values if s not in failed["simulation"]])
+        th_sel = th.sel(seed=[s for s in th.seed.values if s not in failed["theory"]])
     t = sim.t.values
     window = np.ones(t.size, bool) if until is None else t <= until
     out = {}
     for q in ("risk", "M", "Q", "b", "cos"):
-        a = sim_sel[q].mean("seed").values[window]
-        b = th_sel[q].mean("seed").values[window]
+        a = sim_sel[q].mean("seed", skipna=False).values[window]
+        b = th_sel[q].mean("seed", skipna=False).values[window]
         if q == "risk":
             dev = np.abs(a - b) / np.abs(b)
         else:
             dev = np.abs(a - b).reshape(a.shape[0], -1).max(axis=1)
+        notes = {"excluded": failed, "nan_points": int((~np.isfinite(dev)).sum())}
         if not np.isfinite(dev).any():
-            out[q] = {"max_dev": float("nan"), "t": float("nan"), "relative": q == "risk"}
+            out[q] = {"max_dev": float("nan"), "t": float("nan"), "relative": q == "risk", **notes}
             continue
         k = int(np.nanargmax(dev))
         entry = {"max_dev": float(dev[k]), "t": float(t[window][k]), "relative": q == "risk"}
+        entry.update(notes)
         if q == "risk":
             r = sim_sel.risk.values[:, window][:, k]
             se = float(mean_se(r)[1])

@@ -142,12 +142,15 @@ def _increments(
 
 
 class IncrementMoments(NamedTuple):
-    """Mean E ψ (d,) (the drift), a root R (d, d) of C = Cov ψ (R Rᵀ = C, R symmetric PSD), and the
-    Monte-Carlo standard error of the noise's size √tr C relative to it (())."""
+    """Mean E ψ (d,) (the drift), a root R (d, d) of C = Cov ψ (R Rᵀ = C, R symmetric PSD), the
+    Monte-Carlo standard error of the noise's size √tr C relative to it (()), and the keys'
+    quadratic variation Σ_f Cov(ψ_M[h, f], ψ_M[k, f]) (H, H) of the whole SGD noise (with fresh
+    samples: before the sampling noise is taken out of R; the Itô term of d(MMᵀ))."""
 
     mean: Array  # (d,)
     root: Array  # (d, d)
     scale_rel_se: Array  # ()
+    cov_M: Array  # (H, H)
 
 
 @float64
@@ -182,6 +185,8 @@ def increment_moments(
     Z = (psi - mean) * jnp.sqrt(w / n)[..., None]  # (A, n, d): Σ ZᵀZ = C
     Z = Z.reshape(A * n, d)
     C = Z.T @ Z  # (d, d)
+    H, F = state.M.shape
+    cov_M = jnp.einsum("hfkf->hk", C[: H * F, : H * F].reshape(H, F, H, F))  # (H, H)
     if resampled is not None:  # D·dt (may be traced)
         draws = jnp.einsum("a,and->nd", weights.astype(psi.dtype), psi)  # (n, d) atoms averaged
         draws = draws.reshape(orbit, n // orbit, d).mean(0)  # (n0, d) one row per draw
@@ -193,4 +198,4 @@ def increment_moments(
     per = jnp.einsum("a,an->n", weights.astype(psi.dtype), sq)  # (n,) atoms averaged per sample
     tr = per.mean()
     tr_se = per.std(ddof=1) / jnp.sqrt(n)
-    return IncrementMoments(mean, psd_root(C), 0.5 * tr_se / jnp.maximum(tr, 1e-300))
+    return IncrementMoments(mean, psd_root(C), 0.5 * tr_se / jnp.maximum(tr, 1e-300), cov_M)

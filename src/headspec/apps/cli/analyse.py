@@ -66,6 +66,29 @@ def check_same_dynamics(a, b, a_path: Path, b_path: Path, force: bool) -> None:
     )
 
 
+def warn(text: str) -> None:
+    err.print(f"warning: {text}", markup=False, highlight=False, soft_wrap=True, style="yellow")
+
+
+def _report_nan(dev: dict, until) -> None:
+    """Say which seeds compare left out (failed) and at how many times a mean is NaN."""
+    first = next(iter(dev.values()))
+    for name, seeds in first["excluded"].items():
+        if seeds:
+            warn(
+                f"compare left out the {name}'s seed(s) {seeds}: marked failed (diverged), "
+                "their values are NaN after the failure; the means are over the other seeds"
+            )
+    nan = {q: d["nan_points"] for q, d in dev.items() if d["nan_points"]}
+    if nan:
+        which = ", ".join(f"{q} at {n} time(s)" for q, n in nan.items())
+        where = "" if until is None else f", t ≤ {until:g}"
+        warn(
+            f"a seed mean is NaN ({which}{where}): the theory's grid ends earlier or every seed "
+            "failed there; the largest deviations are over the other times (NaN if none)"
+        )
+
+
 @app.command()
 def compare(
     sim: Annotated[Path, typer.Argument(metavar="SIM.nc", help="A simulation result.")],
@@ -124,6 +147,7 @@ def compare(
             note += f" (s.e. of the sim. mean {d['sim_se']:.4f})"
         table.add_row(q, val, f"{d['t']:.4g}", note)
     out.print(table)
+    _report_nan(dev, until)
     folder = out_dir or sim.parent
     folder.mkdir(parents=True, exist_ok=True)
     from headspec.apps.plots import plot_compare_overlaps, plot_risk

@@ -13,6 +13,7 @@ import numpy as np
 from pydantic import Field, Strict, field_validator, model_validator
 
 from headspec.conventions.config.base import PositiveInt, StrictModel, Vector
+from headspec.conventions.config.domain import check_diffusion_domain
 from headspec.conventions.config.latent import (
     MAX_SIGNAL,
     MAX_VARIANCE,
@@ -257,6 +258,8 @@ class SimulateConfig(_RunConfig):
                 f"Gram matrix outside span(K*, K)), got {D} − {F} − {H} < {L}; fix: raise task.D "
                 f'to at least {F + H + L}, or use train.engine = "full"'
             )
+        if self.train.engine == "diffusion":
+            check_diffusion_domain(self)
         if self.train.engine == "diffusion" and self.diffusion.resample:
             _check_resample(self.diffusion, D)
         _check_steps(self.train, D)

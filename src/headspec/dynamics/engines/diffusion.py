@@ -23,8 +23,29 @@ What it neglects, all O(1/D) per unit time (against the O(1/√D) fluctuations i
 - for batches B > 1, the O(B/D) correlations between the sequences of a step.
 The D → ∞ drift alone (``gram = None``) would be off by O(L²/D): against 10⁵ real SGD steps from
 one state (L = 10, η = 3), 2 % at D = 10³ and 14 % at D = 10²; tests/test_diffusion.py checks the
-moments with and without G at D = 100. Where Q − MMᵀ is near-singular, Gaussian noise can push it
-slightly out of the PSD cone; √(Q − MMᵀ) clips it.
+moments with and without G at D = 100.
+
+Realisable states by construction. The solver integrates (M, C, b) with C = Q − MMᵀ, the Gram
+matrix of the keys' parts outside span(K*) (÷ D), not (M, Q, b): by Itô's lemma
+dC = dQ − dM Mᵀ − M dMᵀ − Σ_M/D dt (Σ_M the keys' quadratic variation, ``cov_M``), so this is
+the same SDE — the same law — in other coordinates, and only its discretisation differs. In
+(M, Q) coordinates an explicit step of size dt gets Q and MMᵀ each right to O(dt²) but not their
+small difference: with a strong signal (task.latent.scale = 20: M, Q ~ 10³ while C ~ 10⁻²) one Heun
+step left λ_min(Q − MMᵀ) at −0.006 (|Q| = 0.015) and cosines at 2. In C coordinates C's noise
+vanishes along its null directions and its η² drift is ⪰ 0, so the boundary repels: measured at
+scale 20 (η = 1 and 5, D = 10³, t ≤ 20), λ_min(C) stays at +0.009. Nothing is projected away that
+the process would have kept. Every solver step is still checked (``_realisable``): a state with
+λ_min(C) < −10⁻⁹·max(1, |Q|) (or non-finite) marks its seed failed at that step's time, with
+``fail_check`` = 2 (1: non-finite) — the discretisation has broken down there, and a projected
+state would follow another law; a state within that round-off is returned projected onto the PSD
+cone (a change ≤ 10⁻⁹·|Q|), so that |cos| ≤ 1.
+
+Domain of validity (η, signal, D; dt). The SDE keeps O(1/√D) fluctuations and neglects O(ρ)
+corrections with ρ = η·(s² + L)/D, about the most one SGD step changes a score (s² = |cθ|², the
+signal's squared size): it is accurate for ρ ≪ 1, degraded up to ρ ~ 10, and refused beyond
+(config check, :mod:`headspec.conventions.config.domain`). The explicit solver also needs
+dt·η·(s² + L) small enough to resolve the drift; where it is not, the step checks mark the seed
+failed (fix: a smaller ``diffusion.dt``) rather than return an impossible state.
 
 The Brownian path of a seed is a :class:`diffrax.VirtualBrownianTree` from its train key: the same
 path whatever the recording grid or the grouping of seeds.
@@ -71,6 +92,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from headspec.core.linalg import min_eigenvalue, psd_project
 from headspec.core.observables import BaseSamples, Observation, population_risk
 from headspec.core.precision import float64
 from headspec.dynamics.engines.base import Engine
@@ -93,7 +115,15 @@ class DiffusionState(NamedTuple):
     M: Array  # (S, H, F)
     Q: Array  # (S, H, H)
     b: Array  # (S, H)
-    fail_step: Array  # (S,) first step (t·D/B) of the segment where the state became non-finite
+    fail_step: Array  # (S,) step t·D/B of the first solver step that failed a check, −1 if none
+    fail_check: Array  # (S,) which check: 0 none, 1 non-finite, 2 not realisable (see CHECKS)
+
+
+#: What a seed's ``fail_check`` code means (0: the seed did not fail).
+CHECKS = {
+    1: "the state became non-finite",
+    2: "Q − MMᵀ left the positive semi-definite cone (no keys have these overlaps)",
+}
 
 
 class DiffusionEngine(Engine):
@@ -134,7 +164,7 @@ class DiffusionEngine(Engine):
         F, H, D = self.law.F, self.H, self.D
         y = jax.vmap(lambda k: perturbed_state(k, H, F, D, sigma0, b0))(keys["init"])
         S = y.M.shape[0]
-        return DiffusionState(*y, jnp.full((S,), -1, jnp.int64))
+        return DiffusionState(*y, jnp.full((S,), -1, jnp.int64), jnp.zeros((S,), jnp.int8))
 
     def _term(self, key):
         """The SDE as one diffrax term: one evaluation of the increments' moments gives both
@@ -144,13 +174,21 @@ class DiffusionEngine(Engine):
         H, F = self.H, self.law.F
         problem = DriftProblem.sampled(self.activation, self.law, self.base, self.lr, self.lr_b)
 
-        def moments(t, x):
-            st = unflat_sym(x, H, F)
+        inv_D = self.noise_factor**2 / jnp.asarray(self.D, jnp.float64)
+
+        def moments(t, x):  # x: (M, C = Q − MMᵀ, b) flattened
+            M, C, bias = unflat_sym(x, H, F)
+            st = OrderParameters(M, C + M @ M.T, bias)
             b = self._fresh_base(sample_key, t) if self.resample else self.base
-            return increment_moments(
+            m = increment_moments(
                 st, problem, self.schedule(t), self.gram,
                 resampled=self.D * self.dt if self.resample else None, orbit=self.orbit, base=b,
             )  # fmt: skip
+            to_c = functools.partial(_to_realisable, M=M, H=H, F=F)
+            zero = jnp.zeros_like
+            ito = flat_sym(OrderParameters(zero(M), inv_D * m.cov_M, zero(bias)))  # d⟨M, Mᵀ⟩
+            root = jax.vmap(to_c, in_axes=1, out_axes=1)(m.root)  # (d, d)
+            return m._replace(mean=to_c(m.mean) - ito, root=root)
 
         sample_key = jax.random.fold_in(key, 0x7273)  # "rs": the seed's fresh samples
 
@@ -185,8 +223,8 @@ class DiffusionEngine(Engine):
         t1 = ((step0 + n) * self.B / self.D).astype(jnp.float64)
         max_steps = int(self.horizon / self.dt) + 16
 
-        def one(M, Q, b, fail, key):
-            x0 = flat_sym(OrderParameters(M, Q, b))
+        def one(M, Q, b, fail, check, key):
+            x0 = flat_sym(OrderParameters(M, Q - M @ M.T, b))
             sol = diffrax.diffeqsolve(
                 self._term(key),
                 diffrax.Heun() if self.solver == "heun" else diffrax.Euler(),
@@ -194,16 +232,30 @@ class DiffusionEngine(Engine):
                 t1,
                 self.dt,
                 x0,
-                saveat=diffrax.SaveAt(t1=True),
+                saveat=diffrax.SaveAt(steps=True),  # every solver step, each checked
                 max_steps=max_steps,
                 throw=False,
             )
-            x = sol.ys[-1]
-            ok = (sol.result == diffrax.RESULTS.successful) & jnp.all(jnp.isfinite(x))
+            taken = jnp.isfinite(sol.ts)  # (max_steps,) steps past the last are padding (inf)
+            finite = jnp.all(jnp.isfinite(sol.ys), axis=-1) | ~taken
+            real = jax.vmap(lambda x: _realisable(x, H, F))(jnp.where(finite[:, None], sol.ys, 0.0))
+            code = jnp.where(~finite, 1, jnp.where(real | ~taken, 0, 2)).astype(jnp.int8)
+            bad = code > 0
+            first = jnp.argmax(bad)  # the first step that failed a check (0 if none)
+            solved = sol.result == diffrax.RESULTS.successful
+            ok = solved & ~jnp.any(bad)
+            fail_t = sol.ts[first]
+            at = jnp.where(solved, jnp.round(fail_t * self.D / self.B).astype(jnp.int64), step0)
+            last = jnp.where(taken, jnp.arange(taken.size), -1).max()
+            x = sol.ys[jnp.maximum(last, 0)]
             keep = ok & (fail < 0)
-            new = unflat_sym(jnp.where(keep, x, x0), H, F)
-            fail = jnp.where((fail < 0) & ~ok, step0, fail)
-            return (*new, fail)
+            Mn, Cn, bn = unflat_sym(jnp.where(keep, x, x0), H, F)
+            Cn = jnp.where(keep, psd_project(Cn), Cn)  # within the tolerance: the nearest PSD
+            new = (Mn, Cn + Mn @ Mn.T, bn)
+            fresh = (fail < 0) & ~ok
+            check = jnp.where(fresh, jnp.where(solved, code[first], 1), check).astype(jnp.int8)
+            fail = jnp.where(fresh, at, fail)
+            return (*new, fail, check)
 
         return DiffusionState(*jax.vmap(one)(*state, train_keys))
 
@@ -221,6 +273,26 @@ class DiffusionEngine(Engine):
         return Observation(
             state.M, state.Q, state.b, r.mean, r.se, r.by_atom, nan, nan, jnp.full((S, J), jnp.nan)
         )
+
+
+#: A state is realisable when λ_min(Q − MMᵀ) ≥ −REALISABLE_RTOL · max(1, max |Q|) (round-off of
+#: float64 arithmetic on Q and MMᵀ, far below any effect of the dynamics).
+REALISABLE_RTOL = 1e-9
+
+
+def _realisable(x: Array, H: int, F: int) -> Array:
+    """Whether the flattened (M, C = Q − MMᵀ, b) is the overlap state of some keys: C ⪰ 0 up to
+    :data:`REALISABLE_RTOL` (then also |cos| = |M_hf|/√Q_hh ≤ 1)."""
+    M, C, _ = unflat_sym(x, H, F)
+    scale = jnp.maximum(1.0, jnp.max(jnp.abs(C + M @ M.T)))
+    return min_eigenvalue(C) >= -REALISABLE_RTOL * scale
+
+
+def _to_realisable(dx: Array, M: Array, H: int, F: int) -> Array:
+    """An increment (dM, dQ, db) at keys' overlaps M, flattened, as (dM, dC, db) with
+    C = Q − MMᵀ: dC = dQ − dM Mᵀ − M dMᵀ (the linear part; the Itô term is the caller's)."""
+    dM, dQ, db = unflat_sym(dx, H, F)
+    return flat_sym(OrderParameters(dM, dQ - dM @ M.T - M @ dM.T, db))
 
 
 @functools.cache
