@@ -6,6 +6,7 @@ read back from the persistent cache; a program already in memory costs nothing).
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -17,7 +18,12 @@ from headspec.core.schedules import InverseTime
 TINY = ["task.L=4", "model.H=2", "seeds=2", "record.points=3", "record.n_mc=64", "record.n_test=4"]
 
 
-def _programs(model, run, *overrides) -> int:
+def _programs(model, run, *overrides, fresh=False) -> int:
+    """Programs ``run`` needed; ``fresh``: after dropping every program held in memory, so that
+    the count cannot be 0 because another test of this process (or xdist worker) compiled the
+    same shapes first — the first run then compiles or reads back from the persistent cache."""
+    if fresh:
+        jax.clear_caches()
     with CompileCount() as c:
         run(load_config(model, overrides=[*TINY, *overrides]))
     return c.n
@@ -28,7 +34,8 @@ def test_another_d_or_eta_compiles_nothing_new_in_the_reduced_engine():
     η, η_b, σ0 and schedule parameters need no program at all; the first needed some (the count
     works)."""
     first = _programs(SimulateConfig, simulate, 'train.engine="reduced"', "task.D=60",
-                      "train.T=0.5", 'train.schedule={kind="inverse_time", t0=1.0}')  # fmt: skip
+                      "train.T=0.5", 'train.schedule={kind="inverse_time", t0=1.0}',
+                      fresh=True)  # fmt: skip
     again = _programs(SimulateConfig, simulate, 'train.engine="reduced"', "task.D=200",
                       "train.T=0.2", "train.lr=0.7", "train.lr_b=0.3", "model.sigma0=0.2",
                       'train.schedule={kind="inverse_time", t0=3.0, power=0.5}')  # fmt: skip
@@ -40,15 +47,13 @@ def test_another_eta_compiles_nothing_new_in_the_ode():
     other values compiles nothing, for the exact and the sampled methods."""
     for method in ("exact", "qmc"):
         common = [f'theory.method="{method}"', "theory.n=256", "task.D=50", "train.T=0.5"]
-        first = _programs(TheoryConfig, solve, *common)
+        first = _programs(TheoryConfig, solve, *common, fresh=True)
         again = _programs(TheoryConfig, solve, *common, "train.lr=0.5", "task.D=80")
         assert first > 0 and again == 0, (method, first, again)
 
 
 def test_schedules_are_traced_parameters():
     """Two inverse-time schedules differ in data only (same tree structure, array leaves)."""
-    import jax
-
     a, b = InverseTime(t0=1.0), InverseTime(t0=5.0, power=0.5)
     assert jax.tree.structure(a) == jax.tree.structure(b)
     assert all(isinstance(x, jnp.ndarray) for x in jax.tree.leaves(a))

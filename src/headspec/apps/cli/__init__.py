@@ -4,7 +4,8 @@ Every command takes ``--config FILE.toml`` and repeatable ``--set key.path=value
 bad input gives a message that names the field and the fix, exit code 2 and no output file.
 
 Modules: ``common`` (the app, consoles, errors, option types, progress bars), ``figures``
-(figure formats and files), and one per command group, each registering its commands on ``app``
+(figure formats and files), ``interrupts`` (Ctrl-C and SIGTERM: one line, exit 130 or 143), and
+one per command group, each registering its commands on ``app``
 when imported here: ``run`` (bayes, simulate, theory), ``analyse`` (compare, prune, plot),
 ``saddles``, ``reproduce``, ``sweep`` (the sweep sub-commands).
 """
@@ -40,7 +41,7 @@ def version_callback(value: bool):
 EXIT_CODES = (
     "Exit codes: 0 success; 1 part of the work failed, the rest done (reproduce, sweep); "
     "2 bad input, refused before any work, nothing written; 3 diverged or NaN (simulate, theory, "
-    "bayes, sweep); 130 interrupted."
+    "bayes, sweep); 130 interrupted by Ctrl-C (SIGINT), 143 by SIGTERM: finished work is kept."
 )
 
 
@@ -56,11 +57,22 @@ def _root(
 
 def main() -> None:
     """Console entry point. The command line is a process of its own, so it simply runs JAX in
-    64-bit mode throughout (the library's entry points choose it locally either way)."""
-    import jax
+    64-bit mode throughout (the library's entry points choose it locally either way). Ctrl-C and
+    SIGTERM: see headspec.apps.cli.interrupts."""
+    from headspec.apps.cli import interrupts
 
-    from headspec.conventions.provenance import enable_compilation_cache
+    interrupts.install()
+    try:
+        import jax
 
-    jax.config.update("jax_enable_x64", True)
-    enable_compilation_cache()
-    sys.exit(app())
+        from headspec.conventions.provenance import enable_compilation_cache
+
+        jax.config.update("jax_enable_x64", True)
+        enable_compilation_cache()
+        app()  # exits through SystemExit (Typer's standalone mode)
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    except KeyboardInterrupt:  # before the command started (importing JAX)
+        code = 130
+    sys.exit(interrupts.finish(code))

@@ -18,18 +18,24 @@ from headspec.apps.cli.common import (
     check_paths,
     check_scheduler_options,
     counted,
-    err,
     fail,
     out,
+    plural,
     progress_bar,
     scheduler_option,
 )
+from headspec.apps.cli.interrupts import on_interrupt
 
 
 @app.command()
 def reproduce(
     scale: Annotated[
-        str, typer.Option("--scale", help="quick (a laptop, minutes) or full (a cluster).")
+        str,
+        typer.Option(
+            "--scale",
+            help="quick (a laptop, minutes) or full (a cluster); smoke: tiny sizes for tests "
+            "(seconds per run, verdicts that mean nothing; a local cluster only with --workers).",
+        ),
     ] = "quick",
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = Path("report"),
     only: Annotated[
@@ -63,11 +69,11 @@ def reproduce(
     OUT/data: running the same command again resumes, reusing each finished run whose config is
     unchanged.
     """
-    from headspec.apps.experiments import EXPERIMENT_FILES, SCALES
+    from headspec.apps.experiments import EXPERIMENT_FILES, SCALES, TEST_SCALE
     from headspec.apps.experiments import reproduce as run_all
     from headspec.apps.sweep import SweepError
 
-    if scale not in SCALES:
+    if scale not in (*SCALES, TEST_SCALE):
         fail(f"--scale {scale!r} is not known; fix: use quick or full")
     security = check_scheduler_options(scheduler, tls_ca_file, tls_cert, tls_key)
     ids = None
@@ -87,7 +93,10 @@ def reproduce(
     managed = [(f"the report's {name}", out_dir / name) for name in (*REPORT_FILES, "data",
                "figures", "configs")]  # fmt: skip
     check_paths([], tls, managed)
-    with progress_bar(counted("experiments"), eta=False) as bar:
+    with (
+        on_interrupt(lambda: _kept(out_dir / "data")),
+        progress_bar(counted("experiments"), eta=False) as bar,
+    ):
         job = bar.add_task("starting…", total=len(ids or EXPERIMENT_FILES))
 
         def progress(exp_id, done, total):
@@ -112,14 +121,6 @@ def reproduce(
         except SweepError as e:
             bar.stop()
             fail(str(e))
-        except KeyboardInterrupt:
-            bar.stop()
-            err.print(
-                f"interrupted: every finished run is kept in {out_dir / 'data'}; run the same "
-                "command again to resume",
-                markup=False,
-            )
-            raise typer.Exit(130) from None
     table = Table(title=f"claims ({scale} scale)")
     for col in ("exp.", "claim", "value", "holds"):  # the text columns wrap at words
         table.add_column(col, no_wrap=col in ("exp.", "holds"))
@@ -160,3 +161,10 @@ def _check_report_folder(out_dir: Path) -> None:
         fail(f"--out {str(out_dir)!r} holds {', '.join(found)} but no report of headspec "
              f"reproduce ({OUTCOMES} missing or not a report's), and a reproduction would "
              "replace them; fix: give another --out folder, or move those files away")  # fmt: skip
+
+
+def _kept(data: Path) -> str:
+    """The note of an interrupted reproduction: the finished runs kept for the next one."""
+    n = len(list(data.glob("*.nc"))) if data.is_dir() else 0
+    return (f"{plural(n, 'run')} finished and kept in {data}; run the same command again to "
+            "resume (finished runs are reused)")  # fmt: skip

@@ -8,6 +8,7 @@ final risk is worse than ŷ = 0); exit 3 if a seed diverged or failed or an esti
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -37,6 +38,7 @@ from headspec.apps.cli.common import (
     progress_bar,
 )
 from headspec.apps.cli.figures import write_result_figures
+from headspec.apps.cli.interrupts import not_written, on_interrupt
 from headspec.conventions.config import BayesRunConfig, SimulateConfig
 from headspec.conventions.io import write_json_atomic
 
@@ -83,7 +85,11 @@ def bayes(
 
     from headspec.conventions.runs import run_bayes
 
-    with progress_bar(counted("sequences")) as bar:
+    started = time.time()
+    with (
+        on_interrupt(lambda: "" if json_out is None else not_written(json_out, started)),
+        progress_bar(counted("sequences")) as bar,
+    ):
         job = bar.add_task("compiling…", total=cfg.bayes.samples)
 
         def progress(done, total):
@@ -188,16 +194,18 @@ def simulate(
     sde = cfg.train.engine == "diffusion"
     per_step = cfg.train.batch / tk.D  # t per SGD step
     fmt = "t = {task.completed:.3g} / {task.total:.3g}" if sde else counted("steps")
-    with progress_bar(fmt) as bar:
-        total = cfg.train.T if sde else round(cfg.train.T / per_step)
-        job = bar.add_task("compiling…", total=total)
+    started = time.time()
+    with on_interrupt(lambda: not_written(out_path, started)):
+        with progress_bar(fmt) as bar:
+            total = cfg.train.T if sde else round(cfg.train.T / per_step)
+            job = bar.add_task("compiling…", total=total)
 
-        def progress(done, total):
-            done, total = (done * per_step, total * per_step) if sde else (done, total)
-            bar.update(job, completed=done, total=total, description="training")
+            def progress(done, total):
+                done, total = (done * per_step, total * per_step) if sde else (done, total)
+                bar.update(job, completed=done, total=total, description="training")
 
-        ds = run_simulation(cfg, progress=progress)
-    nan = _finish(ds, out_path, plot)
+            ds = run_simulation(cfg, progress=progress)
+        nan = _finish(ds, out_path, plot)
     failed = [i for i in range(ds.sizes["seed"]) if int(ds.failed[i])]
     for i in failed:
         err.print("error: " + divergence_message(ds, i), markup=False, style="red")
@@ -343,17 +351,20 @@ def theory(
                       f"η = {cfg.train.lr:g}", f"T = {cfg.train.T:g}",
                       f"init {cfg.theory.init.kind}",
                       f"{build.theory_method(cfg)} drift, n = {cfg.theory.n}"])  # fmt: skip
-    with progress_bar("t = {task.completed:.3g} / {task.total:.3g}", eta=False) as bar:
-        job = bar.add_task("compiling…", total=cfg.train.T)
+    started = time.time()
+    with on_interrupt(lambda: not_written(out_path, started)):
+        with progress_bar("t = {task.completed:.3g} / {task.total:.3g}", eta=False) as bar:
+            job = bar.add_task("compiling…", total=cfg.train.T)
 
-        def progress(t, total):
-            bar.update(job, completed=t, description="integrating")
+            def progress(t, total):
+                bar.update(job, completed=t, description="integrating")
 
-        try:
-            ds = solve(cfg, progress=progress)
-        except ValueError as e:  # inconsistent init (e.g. a simulation of another model)
-            fail(str(e))
-    nan = _finish(ds, out_path, plot, f" ({plural(int(ds.attrs['solver_steps']), 'solver step')})")
+            try:
+                ds = solve(cfg, progress=progress)
+            except ValueError as e:  # inconsistent init (e.g. a simulation of another model)
+                fail(str(e))
+        steps = plural(int(ds.attrs["solver_steps"]), "solver step")
+        nan = _finish(ds, out_path, plot, f" ({steps})")
     failed = [int(s) for s, f in zip(ds.seed.values, ds.failed.values, strict=True) if f]
     if nan and not failed:
         raise typer.Exit(3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -24,6 +25,7 @@ from headspec.apps.cli.common import (
     progress_bar,
 )
 from headspec.apps.cli.figures import FormatsOpt, check_formats, write_figures
+from headspec.apps.cli.interrupts import not_written, on_interrupt
 
 
 # Long only by its option list (one parameter per option).
@@ -103,12 +105,16 @@ def saddles(
             fail("--from analyses a result as it was run; fix: drop --config/--set, or drop --from")
         check_output_path(out_path, inputs=[("--from", from_)], also=also)
         ds, i = load_result_seed(from_, seed)
-        source = str(from_)
+        source, cfg = str(from_), None
     else:
         overrides = list(set_ or []) + ["seeds=1"] + ([] if seed is None else [f"seed={seed}"])
         cfg = load_or_fail(TheoryConfig, config, overrides, out_path, also=also)
-        ds, i, source = _solve(cfg), 0, "ode"
-    _analyse(ds, i, n, not gradient_flow, group_cos, out_path, fmts, source, method)
+        source = "ode"
+    started = time.time()
+    with on_interrupt(lambda: not_written(out_path, started)):
+        if cfg is not None:
+            ds, i = _solve(cfg), 0
+        _analyse(ds, i, n, not gradient_flow, group_cos, out_path, fmts, source, method)
 
 
 def _solve(cfg):

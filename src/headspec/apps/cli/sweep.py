@@ -27,6 +27,7 @@ from headspec.apps.cli.common import (
     progress_bar,
     scheduler_option,
 )
+from headspec.apps.cli.interrupts import on_interrupt
 from headspec.conventions.config import ConfigError
 
 
@@ -129,33 +130,41 @@ def sweep_run(
     bar = progress_bar(counted("tasks"))
     on_start, on_result = _bar_callbacks(bar, scheduler)
     try:
-        report = sw.run(
-            plan,
-            scheduler=scheduler,
-            workers=workers,
-            force=force,
-            on_start=on_start,
-            on_result=on_result,
-            security=security,
-            timeout=connect_timeout,
-        )
+        with on_interrupt(lambda: _kept(plan.out)):
+            try:
+                report = sw.run(
+                    plan,
+                    scheduler=scheduler,
+                    workers=workers,
+                    force=force,
+                    on_start=on_start,
+                    on_result=on_result,
+                    security=security,
+                    timeout=connect_timeout,
+                )
+            finally:
+                bar.stop()
     except sw.SweepError as e:
-        bar.stop()
         fail(str(e))
-    except KeyboardInterrupt:
-        bar.stop()
-        err.print(
-            "interrupted: every finished point is kept; run the same command again to resume",
-            markup=False,
-        )
-        raise typer.Exit(130) from None
-    bar.stop()
     _print_report(plan, report)
     if report.failed:
         raise typer.Exit(1)
     if report.diverged_tasks:
         _report_diverged(plan, report)
         raise typer.Exit(3)
+
+
+def _kept(folder: Path) -> str:
+    """The note of an interrupted sweep: how many of its tasks are finished and kept."""
+    from headspec.apps import sweep as sw
+
+    try:
+        counts = sw.status_counts(sw.read_manifest(folder))
+    except sw.SweepError:  # interrupted before the manifest was written
+        return "nothing finished yet; run the same command again to resume"
+    kept = counts.get("done", 0) + counts.get("diverged", 0)
+    return (f"{kept} of {plural(sum(counts.values()), 'task')} finished and kept in {folder}; "
+            "run the same command again to resume")  # fmt: skip
 
 
 def _report_diverged(plan, report) -> None:

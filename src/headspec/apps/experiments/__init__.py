@@ -30,6 +30,7 @@ from headspec.apps.experiments.report import environment, read_outcomes, to_html
 from headspec.apps.experiments.runner import (
     EXPERIMENT_FILES,
     SCALES,
+    TEST_SCALE,
     experiments_dir,
     reproduce,
     run_experiment,
@@ -46,6 +47,7 @@ __all__ = [
     "EXPERIMENT_FILES",
     "RECIPES",
     "SCALES",
+    "TEST_SCALE",
     "Claim",
     "Context",
     "Outcome",

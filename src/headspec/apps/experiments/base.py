@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -66,12 +67,19 @@ class Run:
     extra: dict | None = None
 
 
+class Stopped(KeyboardInterrupt):
+    """Raised in a recipe's thread once the reproduction is interrupted (``Context.stop`` set):
+    a KeyboardInterrupt, so that it is no error of the recipe."""
+
+
 class Context:
     """What a recipe needs: its parameters, base config, output folders, and run helpers.
 
     ``client``: a ``distributed.Client`` that runs the independent runs of one :meth:`runs` call
     in parallel (None: in this process, one after the other); ``log``: called with a line of
-    text per finished or reused run."""
+    text per finished or reused run; ``stop``: an event set when the reproduction is
+    interrupted — the recipe then stops (:class:`Stopped`) at its next run or finished run, and
+    logs nothing more."""
 
     def __init__(
         self,
@@ -81,9 +89,11 @@ class Context:
         outdir: Path,
         client: Any = None,
         log: Callable[[str], None] | None = None,
+        stop: threading.Event | None = None,
     ):
         self.id = exp_id
         self.scale, self.outdir, self.client, self.log = scale, Path(outdir), client, log
+        self.stop = stop
         params = dict(spec.get("experiment", {}))
         config = dict(spec.get("config", {}))
         for k, v in spec.get("scale", {}).get(scale, {}).items():
@@ -120,6 +130,7 @@ class Context:
         A run whose file already holds the same resolved config is loaded, not recomputed."""
         from headspec.conventions.budget import check_budget
 
+        self._check_stop()
         todo, done = [], {}
         for r in batch:
             model = SimulateConfig if r.kind == "simulate" else TheoryConfig
@@ -138,8 +149,12 @@ class Context:
                 done[r.name] = self._run_here(r, c)
         return {r.name: done[r.name] for r in batch}
 
+    def _check_stop(self) -> None:
+        if self.stop is not None and self.stop.is_set():
+            raise Stopped(self.id)
+
     def _log(self, text: str) -> None:
-        if self.log is not None:
+        if self.log is not None and not (self.stop is not None and self.stop.is_set()):
             self.log(text)
 
     def _run_here(self, r: Run, c) -> Any:
@@ -180,6 +195,7 @@ class Context:
         }  # fmt: skip
         out = {}
         for fut in as_completed(futures):
+            self._check_stop()  # interrupted: the cluster is closing, its results are not read
             r, res = futures[fut], fut.result()
             if res["status"] == "failed":
                 raise RuntimeError(f"run {r.name} failed on a worker: {res['error']}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import importlib.resources
+import threading
 import time
 import tomllib
 import traceback
@@ -30,10 +31,8 @@ EXPERIMENT_FILES = {
     "E6": "e6_rearrangement.toml",
     "E7": "e7_representation.toml",
 }
-SCALES = (
-    "quick",
-    "full",
-)  # the scales of `headspec reproduce` (recipes also have "smoke", for tests)
+SCALES = ("quick", "full")  # the scales of the paper's claims (recipes also have "smoke")
+TEST_SCALE = "smoke"  # tiny sizes, for tests: seconds per run, verdicts that mean nothing
 
 
 def experiments_dir():
@@ -55,17 +54,18 @@ def run_experiment(
     folder: Path | None = None,
     client: Any = None,
     log: Callable[[str], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> Outcome:
     """Run one experiment; an exception becomes ``Outcome.error`` (the others still run).
 
     ``folder``: where the recipe TOMLs are (default: the ones shipped with the package);
-    ``client``, ``log``: see :class:`~headspec.apps.experiments.base.Context`."""
+    ``client``, ``log``, ``stop``: see :class:`~headspec.apps.experiments.base.Context`."""
     folder = folder or experiments_dir()
     t0 = time.perf_counter()
     try:
         with (folder / EXPERIMENT_FILES[exp_id]).open("rb") as f:
             spec = tomllib.load(f)
-        ctx = Context(exp_id, spec, scale, outdir, client=client, log=log)
+        ctx = Context(exp_id, spec, scale, outdir, client=client, log=log, stop=stop)
         with float64_context():  # thread-local: each recipe thread of `reproduce` enters it
             _recipe(exp_id)(ctx)
         out = ctx.outcome
@@ -97,8 +97,12 @@ def reproduce(
     Runs go to the Dask scheduler at ``scheduler`` (an address), else, at the quick and full
     scales, to a local cluster of ``workers`` single-threaded processes (default: one per core),
     so that the independent runs of a recipe use every core; they run in this process with one
-    core, with ``workers=1`` and at the smoke scale. Finished runs in ``outdir/data`` with the
-    same config are reused: an interrupted reproduction resumes."""
+    core, with ``workers=1`` and at the smoke scale (unless ``workers`` > 1 is given). Finished
+    runs in ``outdir/data`` with the same config are reused: an interrupted reproduction resumes.
+
+    A ``KeyboardInterrupt`` (Ctrl-C) stops the reproduction within seconds: the recipe threads
+    stop at their next run (their runs in progress on a local cluster end with it), every
+    finished run stays in ``outdir/data``, no report is written, and the interrupt propagates."""
     from headspec.apps.sweep.cluster import available_cores, dask_client
 
     outdir = Path(outdir)
@@ -107,7 +111,7 @@ def reproduce(
     t0 = time.perf_counter()
     outcomes = []
     n = workers or available_cores()
-    use_dask = scheduler is not None or (scale in SCALES and n > 1)
+    use_dask = scheduler is not None or (n > 1 and (scale in SCALES or workers is not None))
     with (
         dask_client(scheduler, workers, security) if use_dask else contextlib.nullcontext()
     ) as client:
@@ -130,9 +134,11 @@ def _concurrently(ids, scale, outdir, folder, client, log, progress) -> list[Out
     overlaps the other recipes' runs, and every core stays busy."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
-    with ThreadPoolExecutor(max_workers=len(ids), thread_name_prefix="recipe") as pool:
+    stop = threading.Event()  # set on an interrupt: each recipe thread stops at its next run
+    pool = ThreadPoolExecutor(max_workers=len(ids), thread_name_prefix="recipe")
+    try:
         futures = {
-            pool.submit(run_experiment, exp_id, scale, outdir, folder, client, log): exp_id
+            pool.submit(run_experiment, exp_id, scale, outdir, folder, client, log, stop): exp_id
             for exp_id in ids
         }
         if progress:
@@ -143,4 +149,9 @@ def _concurrently(ids, scale, outdir, folder, client, log, progress) -> list[Out
             if progress:
                 left = [i for i in ids if i not in done]
                 progress(", ".join(left) or None, len(done), len(ids))
+    except BaseException:  # KeyboardInterrupt: not waiting for the threads (unlike `with pool`)
+        stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     return [done[i] for i in ids]

@@ -19,6 +19,8 @@ from typing import Any
 from headspec.apps.sweep.errors import SweepError
 from headspec.apps.sweep.worker import WORKER_ENV
 
+PRELOAD = "headspec.apps.sweep.worker"  # its dask_setup: a local worker ignores SIGINT
+
 # Dask's nanny starts its workers with MALLOC_TRIM_THRESHOLD_=65536 (memory handed back to the
 # system eagerly). JAX allocates and frees its buffers at every call, so glibc then unmaps and
 # maps pages all the time: a jitted reduced-engine kernel ran 4–5× slower in such a worker than
@@ -189,7 +191,25 @@ def dask_client(
             dashboard_address="127.0.0.1:0",
             silence_logs=logging.CRITICAL,
             env=dict(WORKER_ENV),
+            preload=[PRELOAD],  # workers ignore Ctrl-C: the command closes them (worker.py)
         ) as cluster,
         Client(cluster) as client,
     ):
-        yield client
+        try:
+            yield client
+        except KeyboardInterrupt:
+            _stop_workers(cluster)
+            raise
+
+
+def _stop_workers(cluster: Any, timeout: float = 1.0) -> None:
+    """Close a local cluster's workers now, each given ``timeout`` seconds to end its task before
+    its process is killed (an interrupted command: Dask's own close waits 4 s per busy worker)."""
+    import asyncio
+
+    async def close():
+        nannies = list(cluster.workers.values())
+        await asyncio.gather(*(w.close(timeout=timeout) for w in nannies), return_exceptions=True)
+
+    with contextlib.suppress(Exception):
+        cluster.sync(close)

@@ -6,6 +6,7 @@ Dask pickles :func:`run_task` by reference: each worker imports it from this mod
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 from pathlib import Path
@@ -63,6 +64,18 @@ def run_task(kind: str, config_json: str, target: str | None = None, token: str 
     else:  # no shared file system: the driver writes it
         out["dataset"] = ds
     return out
+
+
+def dask_setup(worker) -> None:
+    """Dask preload of the local cluster's workers (headspec.apps.sweep.cluster): ignore SIGINT.
+
+    A Ctrl-C in a terminal reaches every process of the foreground group, the workers too; the
+    command then closes its cluster itself (headspec.apps.cli.interrupts), so a worker ended by
+    the Ctrl-C would only add a traceback. SIGTERM still ends a worker."""
+    import signal
+
+    with contextlib.suppress(ValueError):  # not the main thread: nothing to change
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _same_folder(folder: Path, token: str) -> bool:
