@@ -142,9 +142,10 @@ def _result(kind: str, H: int = 2, F: int = 2, S: int = 2):
                                         f"seeds={S}", law])  # fmt: skip
     T, J = 3, F
     rng = np.random.default_rng(1)
+    M = 0.4 * rng.normal(size=(S, T, H, F))
     obs = Observation(
-        M=0.4 * rng.normal(size=(S, T, H, F)),
-        Q=np.broadcast_to(np.eye(H), (S, T, H, H)).copy(),
+        M=M,
+        Q=M @ M.swapaxes(-1, -2) + np.eye(H),  # Q − MMᵀ ⪰ 0: loaded files are checked for it
         b=np.zeros((S, T, H)),
         risk=0.3 + 0.01 * rng.random((S, T)),
         risk_se=np.full((S, T), 1.234e-3),
@@ -154,7 +155,8 @@ def _result(kind: str, H: int = 2, F: int = 2, S: int = 2):
         test_risk_by_atom=np.full((S, T, J), 0.3),
     )
     return results.from_observations(
-        kind=kind, t=np.linspace(0.0, 1.0, T), steps=np.arange(T), seeds=np.arange(S), obs=obs,
+        kind=kind, t=np.linspace(0.0, 1.0, T), seeds=np.arange(S), obs=obs,
+        steps=np.linspace(0.0, 50.0, T).round().astype(int),  # t·D/B, as a loaded file must
         fail_step=np.full(S, -1), fail_t=np.full(S, np.nan), config=cfg,
         extra_attrs={"bayes_risk": 0.2753, "bayes_risk_se": 0.0012},
     )  # fmt: skip
