@@ -205,12 +205,11 @@ def pytest_sessionfinish(session, exitstatus):
         return
     pgid = folder / "pgid"
     if pgid.exists() and not (folder / "rc").exists():
+        import contextlib
         import signal
 
-        try:
+        with contextlib.suppress(ProcessLookupError, ValueError):  # already gone
             os.killpg(int(pgid.read_text()), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
     if exitstatus == 0 or not pgid.exists():
         shutil.rmtree(folder, ignore_errors=True)
 

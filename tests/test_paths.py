@@ -460,11 +460,11 @@ def test_the_lock_file_goes_with_the_lock(tmp_path):
         assert (tmp_path / ".lock").exists()
         with pytest.raises(sweep.SweepError, match="another headspec sweep is running"):
             with _folder_lock(tmp_path):
-                pass
+                raise AssertionError("a second lock of the same folder was granted")
         assert (tmp_path / ".lock").exists()  # the refused one did not take it away
     assert not (tmp_path / ".lock").exists()
     with _folder_lock(tmp_path):  # and it can be taken again
-        pass
+        assert (tmp_path / ".lock").exists()
     assert list(tmp_path.iterdir()) == []
 
 
