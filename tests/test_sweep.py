@@ -22,6 +22,7 @@ from headspec.apps.cli import app
 from headspec.conventions import results
 from headspec.conventions.config import ConfigError
 from headspec.conventions.runs import config_model, simulate, solve
+from helpers import sigint_not_ignored
 
 runner = CliRunner()
 HEADSPEC = str(Path(sys.executable).parent / "headspec")
@@ -221,16 +222,21 @@ def test_cli_sweep_bad_input_exits_2_without_output(tmp_path):
 
 # ----------------------------------------------------------------------------- a real cluster
 @pytest.fixture(scope="module")
-def jax_cache(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("jaxcache"))
+def jax_cache():
+    """The session's persistent compilation cache (conftest: the checkout's .jax_cache/), so that
+    workers and command-line sweeps read back the programs this and earlier sessions compiled
+    instead of compiling each of them cold in every worker process."""
+    return os.environ["HEADSPEC_JAX_CACHE"]
 
 
 @pytest.fixture(scope="module")
 def client(jax_cache):
-    """A real LocalCluster: 2 worker processes on loopback, as `headspec sweep` starts it."""
+    """A real LocalCluster as `headspec sweep` starts it (worker processes on loopback), with one
+    worker: the fast tiers test sweeps with one worker; two workers sharing the tasks (and one of
+    them killed) are the slow tier's command-line tests below."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("HEADSPEC_JAX_CACHE", jax_cache)
-        with sweep.dask_client(workers=2) as c:
+        with sweep.dask_client(workers=1) as c:
             yield c
 
 
@@ -397,14 +403,16 @@ def _run_to_end(path: Path, jax_cache: str) -> tuple[int, str]:
 
 def _cli_sweep(spec_path: Path, jax_cache: str, *extra) -> subprocess.Popen:
     env = dict(os.environ, HEADSPEC_JAX_CACHE=jax_cache)
-    return subprocess.Popen(
-        [HEADSPEC, "sweep", str(spec_path), "--workers", "2", *extra],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
+    with sigint_not_ignored() as preexec_fn:  # a Ctrl-C must reach it under pytest-xdist too
+        return subprocess.Popen(
+            [HEADSPEC, "sweep", str(spec_path), "--workers", "2", *extra],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            preexec_fn=preexec_fn,
+        )
 
 
 def _wait_for_points(folder: Path, n: int, proc: subprocess.Popen, timeout=240.0) -> int:
