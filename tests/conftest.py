@@ -33,9 +33,11 @@ os.environ.setdefault("HEADSPEC_JAX_CACHE", str(Path(__file__).resolve().parents
 
 from headspec.conventions.provenance import enable_compilation_cache
 
-enable_compilation_cache()
-# every program, however quick to compile: the suite compiles thousands of small ones
+# every program, however quick to compile: the suite compiles thousands of small ones (JAX reads
+# the variable in every process the session starts; enable_compilation_cache keeps it)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+enable_compilation_cache()
 
 # The tests call low-level functions directly, outside headspec's float64 entry points: run the
 # whole test process in JAX's 64-bit mode (the test process's choice; headspec itself does not
@@ -111,8 +113,13 @@ def _release_compiled_programs():
 # worker (HEADSPEC_TEST_SMOKE, set by the controlling process before workers start); it is
 # removed after a session that passed, kept (and named) after one that failed.
 SMOKE_FIXTURE = "smoke_report"
+# The child reads and writes the session's compilation cache like the test processes (the Python
+# API leaves JAX's cache off; only the command line turns it on): without it every rerun of the
+# suite compiled the recipes' ~500 programs again (E3 alone: 178 programs, 66 of its 150 s).
 SMOKE_CHILD = (
-    "import sys; from headspec.apps.experiments import reproduce; "
+    "import sys; from headspec.conventions.provenance import enable_compilation_cache; "
+    "enable_compilation_cache(); "
+    "from headspec.apps.experiments import reproduce; "
     "outs = reproduce(scale='smoke', outdir=sys.argv[1], log=lambda s: print(s, flush=True)); "
     "sys.exit(0 if all(o.error is None for o in outs) else 3)"
 )

@@ -99,6 +99,7 @@ def test_reduced_engine_with_batches_and_a_gaussian_law():
     assert not _same_law(full, red)
 
 
+@pytest.mark.slow  # a law test (power of the two-sample test): 800 runs, ~30 s
 def test_two_sample_test_detects_a_different_law():
     """Power check of the same machinery: a run with another learning rate is told apart."""
     a = _summaries(_run("full", "softmax", D=40, T=20.0, seeds=400, seed=0))

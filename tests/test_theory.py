@@ -129,6 +129,7 @@ N_FD_CHUNK = 1024
 N_FD_CHUNKS = 12
 
 
+@pytest.mark.slow  # a law test (SGD increments' means); XLA's default opt.: 16 s, not 59 s at -O0
 def test_drift_matches_finite_d_sgd_increments_for_one_softmax_head():
     """One SGD step (B = 1) changes k by Δk = −η∇_kℓ and b by Δb = −(η_b/D)∂_bℓ, so
     ΔM = Δk·k*/D, ΔQ = (2k·Δk + |Δk|²)/D; with D steps per unit time t:

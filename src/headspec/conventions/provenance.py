@@ -105,8 +105,10 @@ def enable_compilation_cache() -> None:
     try:
         Path(folder).mkdir(parents=True, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", folder)
-        # programs of ≥ 0.1 s: headspec's setup programs (random draws, 0.2–3 s each) too
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+        # programs of ≥ 0.1 s: headspec's setup programs (random draws, 0.2–3 s each) too; JAX's
+        # own JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS, when set, is kept (the tests set 0)
+        if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
         # a size bound turns on JAX's least-recently-used eviction, which also takes a file lock
         # for every read and write: processes sharing the folder (the CLI, sweep workers, the
         # test session's children) never see each other's half-written entries
