@@ -18,6 +18,7 @@ from headspec.dynamics.bayes import (
     bayes_risk,
     constructed_bayes_softmax,
     estimate_risks,
+    exact_risk_of,
     posterior,
 )
 
@@ -46,6 +47,37 @@ def test_constructed_bayes_softmax_attains_bayes_risk_on_same_samples(name, rout
     )
     np.testing.assert_allclose(s["constructed"], s["bayes"], rtol=1e-10, atol=1e-13)
     assert est["bayes"].mean > 0.01  # a non-trivial risk, so equality is informative
+
+
+@pytest.mark.parametrize("name", ["one_hot_unequal", "flipped_spike", "three_atoms_mixed_norms"])
+def test_exact_bayes_risk_agrees_with_monte_carlo(name, key):
+    """R_B of a discrete law without sampling (the quadrature of its constructed Bayes-softmax)
+    against the Monte-Carlo posterior risk on 2¹⁷ sequences, and a softmax head's exact risk
+    against its Monte-Carlo risk on the same samples: within 3 s.e. each (the quadrature's own
+    error, ~1e-8, is far below the s.e. ≈ 1e-3). Two independent routes: the posterior's
+    Monte Carlo never builds heads, the quadrature never samples."""
+    law = DISCRETE_LAWS[name]
+    head = Heads(M=law.atoms[:1], b=jnp.zeros(1), activation=Softmax())  # one atom's head
+    est = estimate_risks(key, law, L=8, predictors={"bayes": Posterior(law), "head": head},
+                         n=2**17)  # fmt: skip
+    for pred, mc in ((Posterior(law), est["bayes"]), (head, est["head"])):
+        exact = exact_risk_of(pred, law, L=8)
+        assert abs(exact - mc.mean) < 3 * mc.se, (type(pred).__name__, exact, mc)
+    assert exact_risk_of(Posterior(law), law, 8) < est["head"].mean  # R_B below the one head
+
+
+def test_exact_risk_of_closed_forms_and_where_there_is_none():
+    """ŷ = 0 and uniform attention in closed form (equal to their per-sample losses, which do not
+    vary); no exact route for a Gaussian law's posterior (no finite Bayes-softmax) nor for
+    Bayes-softmax with four atoms (beyond the quadrature's reach): None, not a wrong number."""
+    law = DISCRETE_LAWS["one_hot_unequal"]
+    est = estimate_risks(jax.random.key(0), law, L=8, n=1000,
+                         predictors={"zero": Zero(), "uniform": Uniform()})  # fmt: skip
+    assert exact_risk_of(Zero(), law, 8) == est["zero"].mean == 0.5
+    assert exact_risk_of(Uniform(), law, 8) == pytest.approx(est["uniform"].mean, abs=1e-15)
+    gaussian = Gaussian([1.0, 0.0], var=[1.0, 0.25])
+    assert exact_risk_of(Posterior(gaussian), gaussian, 8) is None
+    assert exact_risk_of(Posterior(DISCRETE_LAWS["iso_pm"]), DISCRETE_LAWS["iso_pm"], 8) is None
 
 
 @pytest.mark.parametrize("route", ["projected", "finite"])

@@ -287,6 +287,9 @@ def test_valid_toml_config_runs(tmp_path):
     assert 0 < data["bayes_risk"]["mean"] < 0.45
     assert data["bayes_risk"]["n"] == 2000
     assert _bayes_row(data, "bayes")["risk"] == data["bayes_risk"]["mean"]
+    # the D → ∞ route also gives R_B without sampling (tests/test_bayes.py: within 3 s.e.)
+    rb = data["bayes_risk"]
+    assert abs(rb["exact"] - rb["mean"]) < 4 * rb["se"] and _bayes_row(data, "bayes")["exact"]
     assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 

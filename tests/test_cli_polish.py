@@ -196,6 +196,12 @@ def test_bayes_risk_table_fits_80_columns():
     console = _console()
     console.print(_risk_table(cfg, {"results": rows}))
     _assert_fits(_text(console), ["0.27533", "0.00014", "+0.05288 ± 0.00010", "10,000,000,000"])
+    # the D → ∞ route adds the exact column ("—" where there is no exact route)
+    cfg = load_config(BayesRunConfig, overrides=["bayes.samples=10000000000"])
+    rows = [{**r, "exact": 0.27508 if i else None} for i, r in enumerate(rows)]
+    console = _console()
+    console.print(_risk_table(cfg, {"results": rows}))
+    _assert_fits(_text(console), ["0.27533", "+0.05288 ± 0.00010", "0.27508", "—"])
 
 
 def test_saddles_tables_fit_80_columns(monkeypatch):

@@ -28,7 +28,12 @@ from headspec.core.observables import Observation
 from headspec.core.precision import float64
 from headspec.core.stats import MCEstimate
 from headspec.dynamics import ode
-from headspec.dynamics.bayes import bayes_risk, estimate_risks, reference_predictors
+from headspec.dynamics.bayes import (
+    bayes_risk,
+    estimate_risks,
+    exact_risk_of,
+    reference_predictors,
+)
 from headspec.dynamics.engines import run, seed_keys
 from headspec.dynamics.prune import prune_path
 
@@ -211,7 +216,9 @@ def run_bayes(cfg, progress: Callable[[int, int], None] | None = None) -> dict:
     """Bayes risk and reference risks for a :class:`~headspec.conventions.config.BayesRunConfig`.
 
     Returns a JSON-ready dict: resolved config, seed, provenance and one row per predictor
-    (risk, standard error, and excess risk over R_B with its paired standard error).
+    (risk, standard error, and excess risk over R_B with its paired standard error; in the
+    D → ∞ route also ``exact``, the risk without sampling by :func:`~headspec.dynamics.bayes.
+    exact_risk_of`, or None where there is no exact route).
     ``progress(sequences_done, samples)`` is called after each Monte-Carlo chunk.
     """
     from headspec.conventions.provenance import run_metadata
@@ -230,6 +237,15 @@ def run_bayes(cfg, progress: Callable[[int, int], None] | None = None) -> dict:
         return_samples=True,
         progress=progress,
     )
+    exact = {}
+    if cfg.bayes.route == "projected":  # the finite route differs from D → ∞ by O(1/D)
+        if "bayes_softmax" in refs:  # the posterior of a discrete law is this predictor
+            exact["bayes"] = exact["bayes_softmax"] = exact_risk_of(
+                refs["bayes_softmax"][0], law, cfg.task.L
+            )
+        for name, (pred, _) in refs.items():
+            if name not in exact:
+                exact[name] = exact_risk_of(pred, law, cfg.task.L)
     rows = []
     for name, (pred, desc) in refs.items():
         excess = MCEstimate.of(samples[name] - samples["bayes"])
@@ -242,6 +258,7 @@ def run_bayes(cfg, progress: Callable[[int, int], None] | None = None) -> dict:
                 "se": est[name].se,
                 "excess_over_bayes": excess.mean,
                 "excess_se": excess.se,
+                "exact": exact.get(name),
             }
         )
     return {
@@ -249,7 +266,12 @@ def run_bayes(cfg, progress: Callable[[int, int], None] | None = None) -> dict:
         "config": cfg.model_dump(mode="json"),
         "seed": cfg.seed,
         "metadata": run_metadata(),
-        "bayes_risk": {"mean": est["bayes"].mean, "se": est["bayes"].se, "n": est["bayes"].n},
+        "bayes_risk": {
+            "mean": est["bayes"].mean,
+            "se": est["bayes"].se,
+            "n": est["bayes"].n,
+            "exact": exact.get("bayes"),
+        },
         "results": rows,
     }
 

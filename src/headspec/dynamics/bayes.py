@@ -41,9 +41,11 @@ from headspec.core.attention import (
     loss_finite,
     loss_projected,
 )
+from headspec.core.exact import exact_risk
 from headspec.core.latent import Discrete, LatentLaw
 from headspec.core.linalg import psd_root
 from headspec.core.precision import float64
+from headspec.core.quadrature import Quadrature
 from headspec.core.stats import MCEstimate
 from headspec.core.task import Task, sample_batch, sample_projected
 
@@ -199,6 +201,38 @@ def bayes_risk(
 ) -> MCEstimate:
     """The Bayes risk R_B by Monte Carlo, with its standard error."""
     return estimate_risks(key, law, L, {"bayes": Posterior(law)}, n=n, route=route, **kw)["bayes"]
+
+
+def exact_risk_of(pred: Predictor, law: LatentLaw, L: int, quad: Quadrature | None = None):
+    """A predictor's D → ∞ risk without sampling, or ``None`` where there is no exact route.
+
+    ŷ = 0: ½; uniform attention: ½(1 − 1/L); heads given by (M, Q, b) and the Bayes posterior of a
+    discrete law (the constructed Bayes-softmax, SPEC §6): :func:`~headspec.core.exact.
+    exact_risk` by quadrature (accurate to ~1e-8 at the default nodes). ``None`` for the posterior
+    of a Gaussian law (no finite Bayes-softmax) and for Bayes-softmax heads beyond the
+    quadrature's reach (H ≥ 4 atoms); a Monte-Carlo estimate is then the only one.
+
+    Example:
+        >>> from headspec.core.latent import Discrete
+        >>> law = Discrete([[2.0, 0.0], [0.0, 2.0]], [0.6, 0.4])
+        >>> round(exact_risk_of(Posterior(law), law, L=10), 5)
+        0.27508
+    """
+    if isinstance(pred, Zero):
+        return 0.5
+    if isinstance(pred, Uniform):
+        return 0.5 * (1.0 - 1.0 / L)
+    if isinstance(pred, Posterior):
+        if not law.n_atoms:
+            return None
+        pred = constructed_bayes_softmax(law)
+    if not isinstance(pred, Heads):
+        return None
+    try:
+        r = exact_risk(pred.M, pred.Q, pred.b, pred.activation, law, L, quad or Quadrature())
+    except (TypeError, ValueError):  # an activation, law or size the quadrature does not cover
+        return None
+    return float(r.mean)
 
 
 @float64

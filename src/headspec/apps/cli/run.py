@@ -67,7 +67,9 @@ def bayes(
     """Bayes-optimal risk R_B (± standard error) and the risks of reference predictors.
 
     Defaults: L = 10, discrete law with atoms 2e₁, 2e₂ and probabilities 0.6, 0.4, 10^5 sequences
-    in the D → ∞ route. Each row also gives its excess risk over R_B on the same samples.
+    in the D → ∞ route. Each row also gives its excess risk over R_B on the same samples and, in
+    the D → ∞ route, its risk without sampling (exact: closed forms and quadrature; "—" where
+    there is none, e.g. a Gaussian law's R_B).
     """
     overrides = _overrides(
         set_,
@@ -121,13 +123,19 @@ def _risk_table(cfg: BayesRunConfig, res: dict) -> Table:
     table = Table(
         title=f"Risks — L = {cfg.task.L}, {lat.kind} law (F = {lat.F}, scale {lat.scale:g}), "
         f"{where}, n = {cfg.bayes.samples:,}, seed {cfg.seed}",
-        caption="risk − R_B: paired, on the same samples",
+        caption="risk − R_B: paired, on the same samples"
+        + (
+            "; exact: D → ∞ risk by quadrature, no sampling"
+            if cfg.bayes.route == "projected"
+            else ""
+        ),
     )
+    exact = cfg.bayes.route == "projected"
     table.add_column("predictor")
-    for col in ("heads", "risk", "± s.e.", "risk − R_B"):
+    for col in ("heads", "risk", "± s.e.", "risk − R_B") + (("exact",) if exact else ()):
         table.add_column(col, justify="right", no_wrap=True)
     for row in res["results"]:
-        table.add_row(
+        cells = [
             row["description"],
             str(row["heads"] or "—"),
             f"{row['risk']:.5f}",
@@ -135,7 +143,10 @@ def _risk_table(cfg: BayesRunConfig, res: dict) -> Table:
             # a difference that rounds to zero prints "+0.00000" on every CPU (the sign of a
             # round-off-sized difference is not a result)
             f"{_unsigned_zero(row['excess_over_bayes'], 5):+.5f} ± {row['excess_se']:.5f}",
-        )
+        ]
+        if exact:
+            cells.append("—" if row.get("exact") is None else f"{row['exact']:.5f}")
+        table.add_row(*cells)
     return table
 
 
