@@ -49,7 +49,7 @@ INTEGRATION = {
     "README.md", "test_cli.py", "test_cli_polish.py", "test_cli_simulate.py", "test_docs.py",
     "test_experiments.py", "test_hardening.py", "test_hardening_files.py",
     "test_hardening_guards.py", "test_hardening_io.py", "test_interrupts.py", "test_malformed.py",
-    "test_packaging.py", "test_paths.py",
+    "test_packaging.py", "test_paths.py", "test_project_files.py",
     "test_recipe_e1_e2.py", "test_recipe_e3_e5.py", "test_recipe_e6.py", "test_recipe_e7.py",
     "test_sweep.py",
 }  # fmt: skip

@@ -61,6 +61,27 @@ def test_wheel_carries_the_recipes_and_runs_outside_the_repository(wheel_site, t
     assert res.stdout.startswith("ok")
 
 
+def test_wheel_metadata_and_version_option_outside_a_checkout(wheel_site, tmp_path):
+    """The wheel's metadata version is headspec.__version__ (hatchling reads it from
+    src/headspec/_version.py), the wheel carries LICENSE, and its `headspec --version`, run
+    outside any git checkout, prints the version alone."""
+    import headspec
+
+    (dist_info,) = wheel_site.glob("headspec-*.dist-info")
+    meta = (dist_info / "METADATA").read_text(encoding="utf-8")
+    (version,) = [ln.split(":", 1)[1].strip() for ln in meta.splitlines()
+                  if ln.startswith("Version:")]  # fmt: skip
+    assert version == headspec.__version__
+    assert "MIT License" in "".join(p.read_text() for p in dist_info.rglob("LICENSE*"))
+    env = {**os.environ, "PYTHONPATH": str(wheel_site), "HEADSPEC_JAX_CACHE": "off"}
+    res = subprocess.run(
+        [sys.executable, "-c", "from headspec.apps.cli import main; main()", "--version"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip() == f"headspec {headspec.__version__}"
+
+
 @pytest.mark.slow
 def test_pip_install_then_reproduce_e4_from_another_directory(tmp_path):
     """The issue's acceptance: `python -m venv v && v/bin/pip install . && cd /tmp && v/bin/headspec

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import importlib
 
-from headspec.conventions.provenance import __version__, run_metadata
+from headspec._version import __version__
+from headspec.conventions.provenance import run_metadata
 
 # name → (module, attribute or None for the module itself); imported on first use
 _LAZY = {

@@ -1,39 +1,67 @@
 """Provenance recorded next to every result: package version, git revision, platform, and the
-CPU target XLA compiles for (bit-identical float results are only expected on the same one)."""
+CPU target XLA compiles for (bit-identical float results are only expected on the same one);
+and the line ``headspec --version`` prints."""
 
 from __future__ import annotations
 
 import os
 import platform
 import subprocess
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-try:
-    __version__ = version("headspec")
-except PackageNotFoundError:  # running from a source tree without installation
-    __version__ = "0+unknown"
+from headspec._version import __version__
+
+PACKAGE_DIR = Path(__file__).resolve().parents[1]  # src/headspec (or site-packages/headspec)
+
+
+def _git(*args: str) -> str | None:
+    """The output of ``git ARGS`` run in the package's folder, or None if it fails."""
+    try:
+        res = subprocess.run(
+            ["git", *args], cwd=PACKAGE_DIR, capture_output=True, text=True, timeout=5
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return res.stdout.strip() if res.returncode == 0 else None
+
+
+def git_state(short: bool = False) -> tuple[str, bool] | None:
+    """(commit, dirty) of the git checkout headspec's own source files are tracked in, or None
+    when they are not: an installed package, even one inside some repository's ignored folder
+    (a virtual environment in a checkout) is not a checkout of headspec. ``dirty``: a tracked
+    file of the checkout differs from the commit (untracked files do not count)."""
+    if _git("ls-files", "--error-unmatch", "__init__.py") is None:
+        return None
+    rev = _git("rev-parse", *(["--short"] if short else []), "HEAD")
+    if not rev:
+        return None
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return rev, bool(status)
 
 
 def git_revision() -> str:
     """The git commit of the headspec source tree (with ``-dirty`` if modified), or ``unknown``."""
-    here = Path(__file__).resolve().parent
-    try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5
-        )
-        if rev.returncode != 0:
-            return "unknown"
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=5,
-        )
-        return rev.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
+    state = git_state()
+    if state is None:
         return "unknown"
+    rev, dirty = state
+    return rev + ("-dirty" if dirty else "")
+
+
+def version_line() -> str:
+    """What ``headspec --version`` prints: the version and, run from a git checkout, its short
+    commit with ``+dirty`` when tracked files have changes, e.g. ``headspec 0.1.0 (git
+    d308e26+dirty)``; installed from a wheel, ``headspec 0.1.0``.
+
+    Example:
+        >>> version_line().startswith(f"headspec {__version__}")
+        True
+    """
+    state = git_state(short=True)
+    if state is None:
+        return f"headspec {__version__}"
+    rev, dirty = state
+    return f"headspec {__version__} (git {rev}{'+dirty' if dirty else ''})"
 
 
 # CPU features that change the code XLA generates for a CPU (vector width, fused multiply-add):

@@ -32,9 +32,9 @@ __all__ = ["app", "main"]
 
 def version_callback(value: bool):
     if value:
-        from headspec import __version__
+        from headspec.conventions.provenance import version_line
 
-        out.print(f"headspec {__version__}")
+        out.print(version_line(), markup=False, highlight=False)
         raise typer.Exit()
 
 
@@ -49,7 +49,12 @@ EXIT_CODES = (
 def _root(
     version: Annotated[
         bool,
-        typer.Option("--version", callback=version_callback, is_eager=True, help="Show version."),
+        typer.Option(
+            "--version",
+            callback=version_callback,
+            is_eager=True,
+            help="Show the version (and the git commit, in a checkout).",
+        ),
     ] = False,
 ):
     """headspec: how attention heads specialise, in simulation and theory."""
