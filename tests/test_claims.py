@@ -1,15 +1,18 @@
 """Claims as data (headspec.apps.experiments.claims): every kind of tolerance just inside and
 just outside its bound at its s.e. multiple, measured-only claims, values that are not numbers,
-claims with parts, the JSON round trip."""
+claims with parts, the JSON round trip, and the compact claims table of the report."""
 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
 
+from headspec.apps.experiments import Context, Outcome
 from headspec.apps.experiments.claims import Claim, Tolerance, number
+from headspec.apps.experiments.report import claims_table, markdown, read_outcomes, write_report
 
 # kind → (a value just inside, one just outside) for bound 1, k = 3, se = 0.1: the allowance is
 # 0.3, so "above" needs > 1.3, "below" < 0.7, "at_least" ≥ 0.7, "at_most" ≤ 1.3, "within" |v| ≤ 1.3
@@ -125,3 +128,83 @@ def test_value_text():
     assert _claim(3.0, 0.0, unit="of 4 seeds").value_text() == "3 of 4 seeds"
     assert _claim(float("nan")).value_text() == "n/a"
     assert number(1234.5) == "1.23e+03"
+
+
+def test_context_refuses_a_claim_of_another_experiment_or_a_repeated_id(tmp_path):
+    ctx = Context("E9", {}, "smoke", tmp_path)
+    ctx.claim(Claim("E9.a", "s", "m", 1.0))
+    with pytest.raises(ValueError, match=r"must start with 'E9\.'"):
+        ctx.claim(Claim("E8.a", "s", "m", 1.0))
+    with pytest.raises(ValueError, match="twice"):
+        ctx.claim(Claim("E9.a", "s", "m", 2.0))
+    assert [c.id for c in ctx.outcome.claims] == ["E9.a"]
+
+
+# ------------------------------------------------------------------------------- the report
+LONG = "a reason that runs to a whole paragraph, with numbers 0.123 and 4.56 and words, " * 6
+
+
+def _outcomes():
+    tol = Tolerance("above", 0.0, k=3, why=LONG)
+    parts = tuple(Claim(f"E9.b.{k}", k, LONG, 0.03, 0.004, tol, unit="%") for k in ("sim", "ode"))
+    return [
+        Outcome("E9", "nine", claims=[
+            Claim("E9.a", "A holds | with a pipe and K*E[θ]", LONG, 3, 0.0,
+                  Tolerance("at_least", 4, why=LONG, set_after_data=True), unit="of 4 seeds",
+                  detail=LONG),
+            Claim("E9.b", "B holds in simulation and ODE", LONG, all_of=parts),
+            Claim("E9.c", "C is only measured", LONG, 0.5),
+        ]),
+        Outcome("E8", "eight", error="RuntimeError: boom\nTraceback …"),
+    ]  # fmt: skip
+
+
+def test_compact_table_has_one_short_line_per_claim():
+    rows = claims_table(_outcomes())
+    assert rows[0] == "| exp. | claim | value ± s.e. | verdict |"
+    body = rows[2:]
+    assert len(body) == 3 + 1  # three claims, one failed experiment
+    assert body[0] == "| E9 | A holds \\| with a pipe and K\\*E\\[θ\\] | 3 of 4 seeds | NO |"
+    assert (
+        body[1]
+        == "| E9 | B holds in simulation and ODE | sim 3.00 ± 0.40 · ode 3.00 ± 0.40 % | yes |"
+    )
+    assert body[2].endswith("| 0.5 | — |")
+    assert body[3] == "| E8 | (experiment failed) | `RuntimeError: boom` | NO |"
+    for row in body:  # no paragraph in a cell: the reasons and measures are not in the table
+        cells = re.split(r"(?<!\\)\|", row)[1:-1]
+        assert len(cells) == 4 and all(len(c) < 80 for c in cells), row
+        assert "paragraph" not in row
+
+
+def test_details_list_measure_tolerance_reason_check_and_parts():
+    md = markdown(_outcomes(), {"python": "3"}, "smoke", 60.0)
+    assert "1 claim holds, 1 do not" in md
+    section = md[md.index("### Claims of E9") : md.index("## E8")]
+    assert "- **NO** · A holds \\| with a pipe and K\\*E\\[θ\\] (`E9.a`): 3 of 4 seeds" in section
+    assert "  - tolerance: value ≥ 4 of 4 seeds *(tolerance set after seeing data)*" in section
+    assert "  - check: 3 of 4 seeds ≥ 4 of 4 seeds fails" in section
+    assert (
+        "  - **yes** · sim: 3.00 ± 0.40 %" in section
+        and "  - **yes** · ode: 3.00 ± 0.40 %" in section
+    )
+    assert section.count("- why: ") == 2  # E9.a's, and the parts' shared reason once
+    assert "  - measured only: no tolerance, no verdict" in section
+
+
+def test_html_colours_the_verdicts_and_json_reads_back(tmp_path):
+    outcomes = _outcomes()
+    write_report(outcomes, tmp_path, "smoke", 60.0)
+    page = (tmp_path / "index.html").read_text()
+    cells = re.findall(r'<td class="(v-[a-z]+)">([^<]*)</td>', page)
+    assert cells == [("v-no", "NO"), ("v-yes", "yes"), ("v-none", "—"), ("v-no", "NO")]
+    assert "td.v-yes{" in page and "with a pipe and K*E[θ]</td>" in page  # literal, no emphasis
+    back = read_outcomes(tmp_path)
+    assert [c for o in back for c in o.claims] == [c for o in outcomes for c in o.claims]
+    import json
+
+    data = json.loads((tmp_path / "outcomes.json").read_text())
+    (a, b, c) = data["experiments"][0]["claims"]
+    assert (a["id"], a["verdict"], a["tolerance"]["set_after_data"]) == ("E9.a", False, True)
+    assert b["verdict"] is True and [p["id"] for p in b["all_of"]] == ["E9.b.sim", "E9.b.ode"]
+    assert c["verdict"] is None and c["tolerance"] is None

@@ -217,18 +217,24 @@ class Claim:
         """A part's name within this claim: its id without this claim's ('sim', 'ode.keep')."""
         return part.id.removeprefix(self.id + ".")
 
-    def value_text(self) -> str:
-        """'3.12 ± 0.41 %'; for a claim with parts 'sim … · ode …'.
+    def value_text(self, unit: bool = True) -> str:
+        """'3.12 ± 0.41 %' (``unit`` False: without the unit); for a claim with parts
+        'sim … · ode …', their common unit once at the end.
 
         >>> Claim("E9.x", "s", "m", 0.0312, 0.0041, unit="%").value_text()
         '3.12 ± 0.41 %'
         """
         if self.all_of:
-            return " · ".join(f"{self.label(p)} {p.value_text()}" for p in self.all_of)
-        if self.se == 0 or math.isnan(self.value):
-            return number(self.value, self.unit)
-        scale, unit = (100, " %") if self.unit == "%" else (1, f" {self.unit}" if self.unit else "")
-        return value_se(scale * self.value, scale * self.se) + unit
+            units = {p.unit for p in self.all_of if not p.all_of}
+            one = len(units) == 1 and not any(p.all_of for p in self.all_of)
+            text = " · ".join(f"{self.label(p)} {p.value_text(not one)}" for p in self.all_of)
+            return text + (f" {units.pop()}" if one and unit and units != {""} else "")
+        if math.isnan(self.value):
+            return "n/a"
+        scale = 100 if self.unit == "%" else 1
+        text = f"{scale * self.value:.3g}" if self.se == 0 else value_se(
+            scale * self.value, scale * self.se)  # fmt: skip
+        return text + (f" {self.unit}" if unit and self.unit else "")
 
     def as_dict(self) -> dict:
         """Plain JSON data, the verdict and its check included (NaN as null, ±∞ as text)."""
