@@ -26,7 +26,7 @@ Where one verdict combines several measurements (the same claim in the simulatio
 an effect that must be significant and consistent with a prediction), the claim keeps one line
 and lists them in ``all_of``: sub-claims, each with its own value, s.e. and tolerance, whose ids
 extend the claim's (``E3.discrete.stalls.sim``, ``.ode``). Its verdict is NO when any part's is,
-yes when every part has one and none is NO, and — when no part has a verdict. One claim per
+— when no part has a verdict, and yes otherwise (a part only measured does not count). One claim per
 statement of the paper (rather than one per measurement) keeps the table as long as the list of
 findings, each row decided by its parts, which the report lists under it. A claim with ``all_of``
 has no value or tolerance of its own.
