@@ -25,3 +25,25 @@ def sigint_not_ignored():
             yield None
         finally:
             signal.signal(signal.SIGINT, old)
+
+
+def claims_by_id(outcome) -> dict:
+    """An outcome's claims by id (each id once)."""
+    ids = [c.id for c in outcome.claims]
+    assert len(set(ids)) == len(ids), ids
+    return {c.id: c for c in outcome.claims}
+
+
+def assert_reasoned(claim) -> None:
+    """A claim with a verdict is decided by a tolerance that says why (itself or, for a claim
+    with parts, every part with a verdict); a measured-only claim has neither."""
+    if claim.all_of:
+        assert claim.tolerance is None, claim.id
+        for part in claim.all_of:
+            assert_reasoned(part)
+        return
+    if claim.tolerance is None:
+        assert claim.verdict is None, claim.id
+    else:
+        assert claim.verdict is not None and len(claim.tolerance.why) > 20, claim.id
+        assert claim.reason, claim.id  # the check, as text

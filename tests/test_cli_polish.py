@@ -274,19 +274,20 @@ def test_prune_table_fits_80_columns(tmp_path, narrow, monkeypatch):
 def test_reproduce_and_sweep_tables_fit_80_columns(tmp_path, narrow, monkeypatch):
     import headspec.apps.experiments as experiments
     from headspec.apps.cli.sweep import _print_report
-    from headspec.apps.experiments.base import Claim, Outcome
+    from headspec.apps.experiments.base import Outcome
+    from headspec.apps.experiments.claims import Claim, Tolerance
 
-    claims = [Claim("The constructed Bayes-softmax (one head per atom) attains R_B", "q",
-                    "R_B = 0.18969 ± 0.00078; max |Δ| = 6.7e-16", True),
-              Claim("Heads pick up features in decreasing order of Var θ_f", "q",
-                    "17 ± 1.2 < 115 ± 8.5", None)]  # fmt: skip
+    claims = [Claim("E4.constructed", "The constructed Bayes-softmax (one head per atom) attains "
+                    "R_B", "q", 6.7e-16, 0.0, Tolerance("below", 1e-9)),
+              Claim("E4.order", "Heads pick up features in decreasing order of Var θ_f", "q",
+                    0.18969, 0.00078)]  # fmt: skip
     monkeypatch.setattr(experiments, "reproduce",
                         lambda **k: [Outcome("E4", "t", claims=claims)])  # fmt: skip
     res = runner.invoke(app, ["reproduce", "--only", "E4", "-o", str(tmp_path / "r")])
     assert res.exit_code == 0, res.output
     report = NS(total=1200, skipped=600, done=500, diverged=100, failed=[], dataset_path=None)
     _print_report(NS(out=tmp_path / "sweep"), report)
-    _assert_fits(_text(narrow), ["6.7e-16", "0.18969", "1200", "600", "100"])
+    _assert_fits(_text(narrow), ["6.7e-16", "0.18969 ± 0.00078", "1200", "600", "100"])
 
 
 def test_banner_wraps_between_parts_only(monkeypatch):

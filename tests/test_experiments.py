@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from headspec.apps import experiments
 from headspec.apps.cli import app
-from headspec.apps.experiments import Claim
+from headspec.apps.experiments import Claim, Tolerance
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -32,8 +32,9 @@ def _tiny_recipe(ctx):
     over = ("task.D=40", "task.L=4", "model.H=2", "train.T=1.0", "train.engine='reduced'",
             "seeds=2", "record.points=5", "record.n_mc=256")  # fmt: skip
     sim, ode, dev = ctx.paired([Run("tiny", "simulate", over)], ("theory.n=128",))["tiny"]
-    ctx.claim("A tiny claim | with a pipe", "ODE vs simulation", f"{dev['risk']['max_dev']:.3g}",
-              dev["risk"]["max_dev"] < 1.0, tolerance="≤ 100 % (a toy)")  # fmt: skip
+    ctx.claim(Claim("E4.tiny", "A tiny claim | with a pipe", "ODE vs simulation",
+                    dev["risk"]["max_dev"], 0.0, Tolerance("at_most", 1.0, why="≤ 100 % (a toy)"),
+                    unit="%"))  # fmt: skip
     ctx.figure(plot_risk(sim, theory=ode), "risk")
 
 
@@ -49,14 +50,17 @@ def e4_report(tmp_path_factory):
 def test_report_has_claims_figures_configs_and_environment(e4_report):
     out, outcomes = e4_report
     (o,) = outcomes
-    assert o.error is None and [c.tolerance for c in o.claims] == ["≤ 100 % (a toy)"]
+    assert o.error is None and [c.tolerance.why for c in o.claims] == ["≤ 100 % (a toy)"]
     page, images = _check_html(out)
     assert images, "no figure in the report"
     md = (out / "index.md").read_text()
-    for text in ("## Claims", "## Environment", "git_revision", "E4", "tolerance (why)",
-                 "A tiny claim \\| with a pipe", "≤ 100 % (a toy)"):  # fmt: skip
+    for text in ("## Claims", "## Environment", "git\\_revision", "E4",
+                 "| value ± s.e. | verdict |", "| E4 | A tiny claim \\| with a pipe |",
+                 "why: ≤ 100 % (a toy)",
+                 "### Claims of E4", "(`E4.tiny`)"):  # fmt: skip
         assert text in md, text
-    assert "Environment" in page and "jax_version" in page
+    assert '<td class="v-yes">yes</td>' in page  # the ODE is within 100 % of a toy simulation
+    assert "Environment" in page and "jax_version" in page and "git_revision" in page
     assert {p.name for p in (out / "configs").iterdir()} == {"E4_tiny.json", "E4_tiny_ode.json"}
 
 
@@ -65,13 +69,14 @@ def test_a_failing_experiment_is_reported_and_the_others_still_run(tmp_path, mon
         raise RuntimeError("deliberate failure")
 
     def fine(ctx):
-        ctx.claim("a claim that holds", "a quantity", "42", True)
+        ctx.claim(Claim("E4.fine", "a claim that holds", "a quantity", 42, 0.0,
+                        Tolerance("at_least", 42, why="the answer")))  # fmt: skip
 
     monkeypatch.setattr(experiments, "RECIPES", {"E1": boom, "E4": fine})
     outcomes = experiments.reproduce(scale="smoke", outdir=tmp_path, only=["E1", "E4"])
     assert outcomes[0].error and "deliberate failure" in outcomes[0].error
-    assert outcomes[1].error is None and outcomes[1].claims == [
-        Claim("a claim that holds", "a quantity", "42", True)
+    assert outcomes[1].error is None and [(c.id, c.verdict) for c in outcomes[1].claims] == [
+        ("E4.fine", True)
     ]
     md = (tmp_path / "index.md").read_text()
     assert "This experiment failed" in md and "deliberate failure" in md
@@ -92,11 +97,3 @@ def test_reproduce_refuses_bad_options(tmp_path, args, expect):
     r = CliRunner().invoke(app, ["reproduce", *args, "--out", str(tmp_path / "r")])
     assert r.exit_code == 2 and expect in (r.stdout + r.stderr) and "fix" in (r.stdout + r.stderr)
     assert not (tmp_path / "r").exists()
-
-
-def test_numpy_verdicts_count_as_verdicts():
-    import numpy as np
-
-    assert Claim("c", "q", "v", np.float64(1.0) > 0).holds is True
-    assert Claim("c", "q", "v", np.bool_(False)).holds is False
-    assert Claim("c", "q", "v", None).holds is None

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from headspec.apps.experiments import e1, e2, experiments_dir
+from helpers import assert_reasoned, claims_by_id
 
 
 @pytest.fixture(scope="module")
@@ -44,22 +45,35 @@ def test_quick_scale_is_large_d_on_the_reduced_engine():
 @pytest.mark.parametrize(
     "exp, claims, figures",
     [
-        ("E1", ("move together", "split", "staggered", "plateaus", "fixed point", "ODE"),
+        ("E1", ("E1.common_phase", "E1.split", "E1.staggered", "E1.plateaus", "E1.saddle_levels",
+                "E1.ode"),
          ("E1_risk.png", "E1_overlaps.png", "E1_head_similarity.png")),
-        ("E2", ("decreasing order", "log D"), ("E2_order_and_logD.png",)),
+        ("E2", ("E2.order", "E2.log_d"), ("E2_order_and_logD.png",)),
     ],
 )  # fmt: skip
 def test_smoke_end_to_end(outcomes, exp, claims, figures):
     o = outcomes[exp]
     assert o.error is None, o.error
-    texts = [c.claim for c in o.claims]
-    for key in claims:
-        assert any(key in c for c in texts), (key, texts)
+    assert set(claims) <= set(claims_by_id(o)), [c.id for c in o.claims]
     for c in o.claims:
-        assert c.holds is None or c.tolerance.strip(), c.claim
+        assert_reasoned(c)
     names = {f.name for f in o.figures}
     assert set(figures) <= names
     assert all(f.exists() and f.stat().st_size > 0 for f in o.figures)
+
+
+def test_compound_verdicts_name_their_parts(outcomes):
+    """E1's plateaus and ODE claims and E2's two are decided by parts (each its own tolerance);
+    the saddle tolerance says it was set after seeing data."""
+    c1, c2 = claims_by_id(outcomes["E1"]), claims_by_id(outcomes["E2"])
+    assert [p.id for p in c1["E1.ode"].all_of] == ["E1.ode.risk", "E1.ode.overlaps"]
+    assert [p.id for p in c2["E2.log_d"].all_of] == ["E2.log_d.growth", "E2.log_d.saddle"]
+    growth, saddle = c2["E2.log_d"].all_of
+    assert (growth.tolerance.kind, growth.tolerance.k) == ("above", 3.0)
+    assert (saddle.tolerance.kind, saddle.tolerance.k) == ("within", 2.0)
+    assert {p.id for p in c2["E2.order"].all_of} >= {"E2.order.sim", "E2.order.ode"}
+    tol = c1["E1.saddle_levels"].tolerance
+    assert tol.set_after_data and tol.kind == "at_most" and tol.bound == 0.02
 
 
 def test_smoke_runs_are_paired_and_reduced(outcomes):

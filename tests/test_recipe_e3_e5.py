@@ -9,31 +9,27 @@ import pytest
 from headspec.apps.experiments.annealed import eta_end, final_excess
 from headspec.apps.experiments.e5 import _atom_scale, _increase, _path_dev
 from headspec.conventions import results
+from helpers import assert_reasoned, claims_by_id
 
 EXPECTED = {
     "E3": [
-        "[discrete] softmax stalls on a plateau above R_B",
-        "[discrete] softmax-1 is clearly lower than softmax",
-        "[discrete] Bayes-softmax reaches R_B with an annealed η",
-        "[discrete] The constant-η excess is the O(η) term, removed by annealing",
-        "[flipped_spike] Bayes-softmax reaches R_B with an annealed η",
-        "The softmax-1 advantage is largest when signals point in opposite directions",
+        "E3.discrete.stalls",
+        "E3.discrete.lower",
+        "E3.discrete.reaches",
+        "E3.discrete.eta_excess",
+        "E3.discrete.ode_beside",
+        "E3.flipped_spike.reaches",
+        "E3.opposite",
     ],
     "E4": [
-        "The constructed Bayes-softmax (one head per atom) attains R_B",
-        "Bayes-softmax reaches R_B with an annealed η",
-        "The constant-η excess is the O(η) term, removed by annealing",
-        "The constant-η excess shrinks with η (the η² term of dQ/dt)",
-        "The two heads take the + and − directions of the feature (simulation)",
-        "The two heads take the + and − directions of the feature (ODE)",
+        "E4.constructed",
+        "E4.reaches",
+        "E4.eta_excess",
+        "E4.shrinks",
+        "E4.pm_directions.sim",
+        "E4.pm_directions.ode",
     ],
-    "E5": [
-        "Softmax tolerates heavy pruning (redundant heads), 2 of 6 kept",
-        "softmax1 keeps its risk down to the number of needed heads (J = 3 atoms) and degrades "
-        "sharply below",
-        "bayes_softmax keeps its risk down to the number of needed heads (J = 3 atoms) and "
-        "degrades sharply below",
-    ],
+    "E5": ["E5.softmax.prune", "E5.softmax1.prune", "E5.bayes_softmax.prune"],
 }
 
 
@@ -48,12 +44,9 @@ def smoke(smoke_report):
 def test_recipe_runs_at_smoke_scale_with_claims_tolerances_and_figures(smoke, exp):
     _, o = smoke[exp]
     assert o.error is None
-    names = [c.claim for c in o.claims]
-    for claim in EXPECTED[exp]:
-        assert claim in names, claim
+    assert set(EXPECTED[exp]) <= set(claims_by_id(o)), [c.id for c in o.claims]
     for c in o.claims:
-        if c.holds is not None:
-            assert len(c.tolerance) > 20, c.claim  # every verdict says its tolerance and why
+        assert_reasoned(c)  # every verdict says its tolerance and why
     assert o.figures and all(Path(f).stat().st_size > 1000 for f in o.figures)
     sims = [k for k, v in o.configs.items() if "theory" not in v]
     assert sims and all(o.configs[k]["train"]["engine"] == "reduced" for k in sims)
@@ -61,11 +54,36 @@ def test_recipe_runs_at_smoke_scale_with_claims_tolerances_and_figures(smoke, ex
         assert o.configs[f"{k}_ode"]["theory"]["init"]["kind"] == "simulation"
 
 
+def test_claim_statements_and_parts(smoke):
+    c3, c5 = claims_by_id(smoke["E3"][1]), claims_by_id(smoke["E5"][1])
+    assert c3["E3.discrete.stalls"].statement == "[discrete] softmax stalls on a plateau above R_B"
+    assert [p.id for p in c3["E3.discrete.stalls"].all_of] == [
+        "E3.discrete.stalls.sim", "E3.discrete.stalls.ode"]  # fmt: skip
+    assert c5["E5.softmax.prune"].statement == (
+        "Softmax tolerates heavy pruning (redundant heads), 2 of 6 kept"
+    )
+    assert [p.id for p in c5["E5.softmax1.prune"].all_of] == [
+        f"E5.softmax1.prune.{k}.{w}" for k in ("sim", "ode") for w in ("keep", "sharp")
+    ]
+    keep, sharp = c5["E5.softmax1.prune"].all_of[:2]
+    assert (keep.tolerance.kind, keep.tolerance.bound, keep.tolerance.k) == ("at_most", 0.1, 3)
+    assert (sharp.tolerance.kind, sharp.tolerance.bound, sharp.tolerance.k) == (
+        "at_least", 0.5, 3)  # fmt: skip
+    assert c3["E3.discrete.ode_beside"].verdict is None  # measured only
+
+
 def test_reach_claim_tolerance_names_its_parts(smoke):
     _, o = smoke["E4"]
-    (c,) = [c for c in o.claims if c.claim == "Bayes-softmax reaches R_B with an annealed η"]
+    c = claims_by_id(o)["E4.reaches"]
+    assert c.statement == "Bayes-softmax reaches R_B with an annealed η"
+    parts = {p.id.removeprefix("E4.reaches."): p for p in c.all_of}
+    assert set(parts) == {"sim", "ode", "sim_at_T", "ode_at_T"}
+    assert all(p.tolerance.kind == "at_most" for p in parts.values())
+    assert parts["sim"].tolerance.k == parts["ode"].tolerance.k == 3
+    assert parts["sim"].tolerance.bound >= 0 and parts["ode"].tolerance.bound == 0  # |finite-D|
+    assert parts["sim_at_T"].tolerance.bound == parts["ode_at_T"].tolerance.bound == 0.02
     for part in ("x0", "3 s.e.", "finite-D", "2 %"):
-        assert part in c.tolerance
+        assert part in parts["sim"].tolerance.why
 
 
 def _optimal_state(ds):

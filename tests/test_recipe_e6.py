@@ -8,6 +8,7 @@ import pytest
 
 from headspec.apps.experiments import arrangement as arr
 from headspec.dynamics import analysis
+from helpers import assert_reasoned, claims_by_id
 
 ORTH = np.array([[2.5, 0.0], [0.0, 2.5]])
 SPIKE = np.array([[2.5], [-2.5]])
@@ -101,12 +102,11 @@ def smoke(smoke_report):
 def test_smoke_runs_end_to_end(smoke):
     o = smoke
     assert o.error is None
-    names = [c.claim for c in o.claims]
-    for what in ("first split unevenly", "rearranges to the even one", "costs risk"):
-        assert any(what in n for n in names), what
+    claims = claims_by_id(o)
+    assert {"E6.orth.uneven_first", "E6.orth.rearranges", "E6.orth.uneven_costs"} <= set(claims)
+    assert "rearranges to the even one" in claims["E6.orth.rearranges"].statement
     for c in o.claims:
-        if c.holds is not None:
-            assert c.tolerance, c.claim
+        assert_reasoned(c)
     assert o.figures and all(f.exists() for f in o.figures)
     assert o.table_header and len(o.table) >= 3
     assert all(len(r) == len(o.table_header) for r in o.table)

@@ -8,6 +8,7 @@ import pytest
 
 from headspec.apps.experiments import EXPERIMENT_FILES, RECIPES, e7
 from headspec.dynamics import representation as rep
+from helpers import assert_reasoned, claims_by_id
 
 S2 = np.sqrt(2.0)
 
@@ -142,13 +143,13 @@ def test_registered():
 
 def test_smoke_runs_end_to_end(smoke):
     assert smoke.error is None, smoke.error
-    claims = {c.claim: c for c in smoke.claims}
-    assert any(k.startswith("Softmax: the heads split into groups") for k in claims)
-    assert any(k.startswith("Bayes-softmax: pairs of heads") for k in claims)
-    assert any(k.startswith("The ODE from the same initial state") for k in claims)
+    claims = claims_by_id(smoke)
+    assert {"E7.F2_H4.softmax.groups", "E7.F2_H4.bayes_softmax.pm_pairs", "E7.ode_same",
+            "E7.F2_H4.softmax.formation"} <= set(claims)  # fmt: skip
+    assert claims["E7.F2_H4.softmax.groups"].statement.startswith("Softmax: the heads split")
+    assert claims["E7.F2_H4.softmax.groups"].tolerance.bound == 1.0  # half of the 2 seeds
     for c in smoke.claims:
-        if c.holds is not None:
-            assert len(c.tolerance) > 20, c.claim
+        assert_reasoned(c)
     names = {p.name for p in smoke.figures}
     assert {"E7_head_feature_cosines.png", "E7_grouping_over_time.png"} <= names
     assert all(p.exists() and p.stat().st_size > 0 for p in smoke.figures)

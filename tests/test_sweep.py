@@ -546,7 +546,7 @@ def test_reproduce_on_a_scheduler_resumes_without_recomputing(client, tmp_path, 
     scheduler's workers (results equal to runs in this process), and after an interruption the
     same command reuses every finished run (files untouched) and computes only the rest."""
     from headspec.apps import experiments
-    from headspec.apps.experiments import Run
+    from headspec.apps.experiments import Claim, Run, Tolerance
 
     folder = tmp_path / "recipes"
     folder.mkdir()
@@ -559,7 +559,8 @@ def test_reproduce_on_a_scheduler_resumes_without_recomputing(client, tmp_path, 
         if interrupt["on"]:
             raise KeyboardInterrupt  # as a Ctrl-C after the first batch
         ctx.runs([Run("c", "theory", ("train.lr=0.75",))])
-        ctx.claim("c", "q", f"{pairs['a'][2]['risk']['max_dev']:.3g}", True, tolerance="t")
+        ctx.claim(Claim("E1.c", "c", "q", pairs["a"][2]["risk"]["max_dev"], 0.0,
+                        Tolerance("at_least", 0.0, why="t")))  # fmt: skip
 
     monkeypatch.setitem(experiments.RECIPES, "E1", recipe)
     out, lines = tmp_path / "report", []
@@ -577,7 +578,7 @@ def test_reproduce_on_a_scheduler_resumes_without_recomputing(client, tmp_path, 
     interrupt["on"] = False
     lines.clear()
     (o,) = experiments.reproduce(**kw)
-    assert o.error is None and o.claims[0].tolerance == "t"
+    assert o.error is None and o.claims[0].tolerance.why == "t" and o.claims[0].verdict is True
     assert sorted(lines) == ["E1 a: reused", "E1 a_ode: reused", "E1 b: reused",
                              "E1 b_ode: reused", "E1 c: " + lines[-1].split(": ")[1]]  # fmt: skip
     assert " s on a worker (CPU " in lines[-1]

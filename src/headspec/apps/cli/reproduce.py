@@ -71,6 +71,7 @@ def reproduce(
     """
     from headspec.apps.experiments import EXPERIMENT_FILES, SCALES, TEST_SCALE
     from headspec.apps.experiments import reproduce as run_all
+    from headspec.apps.experiments.claims import verdict_text
     from headspec.apps.sweep import SweepError
 
     if scale not in (*SCALES, TEST_SCALE):
@@ -122,14 +123,13 @@ def reproduce(
             bar.stop()
             fail(str(e))
     table = Table(title=f"claims ({scale} scale)")
-    for col in ("exp.", "claim", "value", "holds"):  # the text columns wrap at words
-        table.add_column(col, no_wrap=col in ("exp.", "holds"))
+    for col in ("exp.", "claim", "value ± s.e.", "verdict"):  # the text columns wrap at words
+        table.add_column(col, no_wrap=col in ("exp.", "verdict"))
     for o in outcomes:
         if o.error:
             table.add_row(o.id, "(experiment failed)", o.error.splitlines()[0], "NO")
         for c in o.claims:
-            verdict = {True: "yes", False: "NO", None: "—"}[c.holds]
-            table.add_row(o.id, c.claim, c.value, verdict)
+            table.add_row(o.id, c.statement, c.value_text(), verdict_text(c.verdict))
     out.print(table)
     out.print(f"wrote {out_dir / 'index.html'} and {out_dir / 'index.md'}")
     if any(o.error for o in outcomes):

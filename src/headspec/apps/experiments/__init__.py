@@ -3,22 +3,23 @@
 Each experiment reads its recipe ``recipes/eN_*.toml`` (shipped with the package): an
 ``[experiment]`` table of parameters, a ``[config]`` table (the base task/model/train/record/theory
 config) and ``[scale.smoke]`` (tests) / ``[scale.quick]`` / ``[scale.full]`` overrides. A recipe
-(``e1.py`` … ``e7.py``, each a ``run(ctx)``) records on an :class:`Outcome`: claims with the
-measured number behind each (value, uncertainty, tolerance and why, whether it holds), figures
-with simulation and theory side by side, and every resolved config it ran. :func:`reproduce` runs
-them (runs resumable, on Dask at full scale), isolates failures, and writes ``report/index.md``,
-``index.html`` and ``outcomes.json``.
+(``e1.py`` … ``e7.py``, each a ``run(ctx)``) records on an :class:`Outcome`: claims as data (the
+measured value ± s.e. and the tolerance that decides it, with its reason; the verdict is computed,
+see ``claims``), figures with simulation and theory side by side, and every resolved config it
+ran. :func:`reproduce` runs them (runs resumable, on Dask at full scale), isolates failures, and
+writes ``report/index.md``, ``index.html`` and ``outcomes.json``.
 
-Modules: ``base`` (Claim, Outcome, Context, Run, helpers), ``e1`` … ``e7`` (the recipes),
-``annealed`` (E3's and E4's "reaches R_B" with an annealed η), ``runner`` (recipe files, run one
-or all), ``report`` (Markdown report, its HTML rendering, ``outcomes.json`` and
-:func:`read_outcomes`).
+Modules: ``claims`` (Claim, Tolerance: a claim as data and its verdict), ``base`` (Outcome,
+Context, Run, helpers), ``e1`` … ``e7`` (the recipes), ``annealed`` (E3's and E4's "reaches R_B"
+with an annealed η), ``runner`` (recipe files, run one or all), ``report`` (Markdown report, its
+HTML rendering, ``outcomes.json`` and :func:`read_outcomes`).
 """
 
 from collections.abc import Callable
 
 from headspec.apps.experiments import e1, e2, e3, e4, e5, e6, e7
-from headspec.apps.experiments.base import CONFIG_SECTIONS, Claim, Context, Outcome, Run
+from headspec.apps.experiments.base import CONFIG_SECTIONS, Context, Outcome, Run
+from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.apps.experiments.e1 import run as run_e1
 from headspec.apps.experiments.e2 import run as run_e2
 from headspec.apps.experiments.e3 import run as run_e3
@@ -52,6 +53,7 @@ __all__ = [
     "Context",
     "Outcome",
     "Run",
+    "Tolerance",
     "environment",
     "experiments_dir",
     "read_outcomes",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from headspec.apps.experiments.base import Context, _fmt
+from headspec.apps.experiments.claims import Claim, Tolerance
 
 
 def final_excess(ds, n: int, key: int = 7, t_index: int = -1) -> dict:
@@ -134,10 +135,11 @@ def eta_limit(ds, n: int, eta_of, from_frac: float = 0.25) -> dict:
             "t": t[idx]}  # fmt: skip
 
 
-def reach_claims(ctx: Context, label: str, anneal: dict, anneal_ode: dict, lim: dict,
+def reach_claims(ctx: Context, cid: str, label: str, anneal: dict, anneal_ode: dict, lim: dict,
                  lim_ode: dict, const: dict, const_ode: dict, D: int, eta_T: float,
                  aim: float):  # fmt: skip
-    """The "reaches R_B" verdicts of an annealed run (simulation and ODE) and its contrast.
+    """The "reaches R_B" claim (``cid.reaches``) of an annealed run (simulation and ODE) and its
+    contrast (``cid.eta_excess``); ``label`` starts their statements.
 
     ``anneal``/``const``: :func:`final_excess` of the simulations; ``*_ode``: of their ODEs;
     ``lim``/``lim_ode``: :func:`eta_limit` of the annealed simulation and ODE.
@@ -145,41 +147,59 @@ def reach_claims(ctx: Context, label: str, anneal: dict, anneal_ode: dict, lim: 
     x, xo = anneal["mean"], anneal_ode["mean"]
     gap = x - xo  # finite-D part: same initial states, same schedule
     se_gap = float(np.hypot(anneal["se_seed"], anneal_ode["se_seed"]))
-    tol = 3 * lim["se"] + abs(gap)
-    tol_o = 3 * lim_ode["se"]
     ts = lim["t"]
-    ctx.claim(
-        f"{label}Bayes-softmax reaches R_B with an annealed η",
+    why = (
+        "x0 ≤ 3 s.e. + |finite-D| (the ODE: no finite-D part), and the excess at T ≤ "
+        f"{100 * aim:.0f} % (the issue's aim). s.e.: seed-to-seed spread of the per-seed x0 ⊕ "
+        "the paired Monte-Carlo error; finite-D: the measured sim − ODE gap of the same seeds "
+        f"at T, {100 * abs(gap):.2f} % (O(1/D), 1/D = {100 / D:.2f} %). The O(η) excess itself "
+        "is removed by the η → 0 limit; heads stuck off the optimum would leave x0 > 0"
+    )
+    x0 = (
         f"η → 0 limit x0 of the relative excess over R_B along the annealing (per seed, line "
-        f"x = x0 + c·η(t) through t = {ts[0]:.0f} … {ts[-1]:.0f}; paired on common samples), "
-        f"simulation at D = {D} / ODE from the same initial states; and the excess at T "
-        f"(η(T) = {eta_T:.3g})",
-        f"x0 = {pct(lim['x0'])} ± {100 * lim['se']:.2f} % / {pct(lim_ode['x0'])} ± "
-        f"{100 * lim_ode['se']:.2f} %; at T {pct(x)} ± {100 * anneal['se']:.2f} % / {pct(xo)} "
-        f"± {100 * anneal_ode['se']:.2f} % (finite-D gap {pct(gap)} ± {100 * se_gap:.2f} %)",
-        lim["x0"] <= tol and lim_ode["x0"] <= tol_o and x <= aim and xo <= aim,
-        f"the excess falls like η(t): c = {100 * lim['c']:.1f} % per unit η along the annealing "
-        f"(constant-η contrast: {pct(const['mean'])} sim / {pct(const_ode['mean'])} ODE at "
-        "η = 2, i.e. ≈ excess/η per unit η; the annealed c is larger by the lag of the slow "
-        "relaxation behind η(t))",
-        tolerance=f"x0 ≤ 3 s.e. + |finite-D| (simulation: {100 * tol:.2f} %; ODE "
-        f"{100 * tol_o:.2f} %), and the excess at T ≤ {100 * aim:.0f} % (the issue's aim). s.e.: "
-        "seed-to-seed spread of the per-seed x0 ⊕ the paired Monte-Carlo error; finite-D: the "
-        f"measured sim − ODE gap of the same seeds at T, {100 * abs(gap):.2f} % (O(1/D), "
-        f"1/D = {100 / D:.2f} %). The O(η) excess itself is removed by the η → 0 limit; heads "
-        "stuck off the optimum would leave x0 > 0",
+        f"x = x0 + c·η(t) through t = {ts[0]:.0f} … {ts[-1]:.0f}; paired on common samples)"
     )
-    diff = const["mean"] - x
+    at_T = f"relative excess over R_B at T (η(T) = {eta_T:.3g})"
+    reach = f"{cid}.reaches"
+    ctx.claim(Claim(
+        reach,
+        f"{label}Bayes-softmax reaches R_B with an annealed η",
+        f"{x0}, simulation at D = {D} and the ODE from the same initial states; and the excess "
+        f"at T (η(T) = {eta_T:.3g})",
+        detail=f"finite-D gap at T {pct(gap)} ± {100 * se_gap:.2f} %; the excess falls like η(t): "
+        f"c = {100 * lim['c']:.1f} % per unit η along the annealing (constant-η contrast: "
+        f"{pct(const['mean'])} sim / {pct(const_ode['mean'])} ODE at η = 2, i.e. ≈ excess/η per "
+        "unit η; the annealed c is larger by the lag of the slow relaxation behind η(t))",
+        all_of=(
+            Claim(f"{reach}.sim", "x0 (simulation)", f"{x0}, simulation", lim["x0"], lim["se"],
+                  Tolerance("at_most", abs(gap), k=3, why=why), unit="%"),
+            Claim(f"{reach}.ode", "x0 (ODE)", f"{x0}, ODE", lim_ode["x0"], lim_ode["se"],
+                  Tolerance("at_most", 0.0, k=3, why=why), unit="%"),
+            Claim(f"{reach}.sim_at_T", "at T (simulation)", f"{at_T}, simulation", x,
+                  anneal["se"], Tolerance("at_most", aim, why=why), unit="%"),
+            Claim(f"{reach}.ode_at_T", "at T (ODE)", f"{at_T}, ODE", xo, anneal_ode["se"],
+                  Tolerance("at_most", aim, why=why), unit="%"),
+        ),
+    ))  # fmt: skip
     se_d = float(np.hypot(const["se"], anneal["se"]))
-    ctx.claim(
-        f"{label}The constant-η excess is the O(η) term, removed by annealing",
-        "relative excess over R_B: constant η (simulation / ODE) vs annealed (simulation)",
-        f"{pct(const['mean'])} / {pct(const_ode['mean'])} vs {pct(x)} "
-        f"(difference {100 * diff:.2f} ± {100 * se_d:.2f} %)",
-        diff > 3 * se_d and const_ode["mean"] - xo > 3 * se_d,
-        tolerance="the constant-η excess exceeds the annealed one by > 3 s.e. of the difference "
-        f"({100 * 3 * se_d:.2f} %), in simulation and in the ODE",
+    why = (
+        "the constant-η excess exceeds the annealed one by > 3 s.e. of the difference, in "
+        "simulation and in the ODE (the s.e. of the simulations' difference for both)"
     )
+    what = "relative excess over R_B, constant η minus annealed"
+    ctx.claim(Claim(
+        f"{cid}.eta_excess",
+        f"{label}The constant-η excess is the O(η) term, removed by annealing",
+        "relative excess over R_B: constant η (simulation / ODE) vs annealed (simulation / ODE)",
+        detail=f"constant η {pct(const['mean'])} / {pct(const_ode['mean'])}, annealed {pct(x)} / "
+        f"{pct(xo)} (simulation / ODE)",
+        all_of=(
+            Claim(f"{cid}.eta_excess.sim", "simulation", f"{what} (simulation)",
+                  const["mean"] - x, se_d, Tolerance("above", 0.0, k=3, why=why), unit="%"),
+            Claim(f"{cid}.eta_excess.ode", "ODE", f"{what} (ODE)", const_ode["mean"] - xo, se_d,
+                  Tolerance("above", 0.0, k=3, why=why), unit="%"),
+        ),
+    ))  # fmt: skip
 
 
 def overlay_risk(ax, sim, ode, color, label, rb=None):

@@ -1,9 +1,10 @@
-"""What every recipe shares: claims, the outcome of an experiment, its context, small helpers.
+"""What every recipe shares: the outcome of an experiment, its context, small helpers.
 
-A recipe (``e1.py`` … ``e7.py``) is a function ``run(ctx: Context)`` that records claims, figures
-and configs on ``ctx.outcome``. :class:`Context` resolves the recipe's TOML (``[experiment]``
-parameters, ``[config]`` base config, ``[scale.<name>]`` overrides) and runs theory and simulation
-with every resolved config kept for the report.
+A recipe (``e1.py`` … ``e7.py``) is a function ``run(ctx: Context)`` that records claims
+(:class:`~headspec.apps.experiments.claims.Claim`: value, s.e. and tolerance; the verdict is
+computed from them), figures and configs on ``ctx.outcome``. :class:`Context` resolves the
+recipe's TOML (``[experiment]`` parameters, ``[config]`` base config, ``[scale.<name>]``
+overrides) and runs theory and simulation with every resolved config kept for the report.
 
 Every run goes through :meth:`Context.runs`: its result file ``data/<id>_<name>.nc`` is reused
 when it holds the same resolved config (so an interrupted reproduction resumes and recomputes
@@ -22,25 +23,12 @@ from typing import Any
 
 import numpy as np
 
+from headspec.apps.experiments.claims import Claim
 from headspec.conventions import results
 from headspec.conventions.config import SimulateConfig, TheoryConfig, load_config, merge
 from headspec.core.stats import mean_se
 
 CONFIG_SECTIONS = ("task", "model", "train", "record", "theory")
-
-
-@dataclasses.dataclass
-class Claim:
-    claim: str
-    quantity: str
-    value: str
-    holds: bool | None  # None: measured, no verdict
-    note: str = ""
-    tolerance: str = ""  # the tolerance of the verdict and why (s.e., finite-D or finite-η)
-
-    def __post_init__(self):
-        if self.holds is not None:
-            self.holds = bool(self.holds)  # NumPy booleans are not `True`
 
 
 @dataclasses.dataclass
@@ -244,8 +232,15 @@ class Context:
         fig.clear()
         self.outcome.figures.append(path)
 
-    def claim(self, *args, **kw):
-        self.outcome.claims.append(Claim(*args, **kw))
+    def claim(self, claim: Claim) -> Claim:
+        """Record ``claim``: its id is this experiment's id, a dot, then its own name, and no
+        other claim of the outcome has it."""
+        if not claim.id.startswith(f"{self.id}."):
+            raise ValueError(f"claim id {claim.id!r} must start with {self.id + '.'!r}")
+        if any(c.id == claim.id for c in self.outcome.claims):
+            raise ValueError(f"claim id {claim.id!r} recorded twice")
+        self.outcome.claims.append(claim)
+        return claim
 
 
 def _reusable(path: Path, cfg) -> Any:

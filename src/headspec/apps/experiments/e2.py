@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from headspec.apps.experiments.base import Context, Run, _first_crossing, _fmt, _mean_se
+from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.conventions import results
 from headspec.conventions.runs import law_of
 from headspec.dynamics import analysis
@@ -54,26 +55,37 @@ def _order_claim(ctx, sim, var, order, picks_sim, picks_ode, dev) -> None:
     ok_sim, ok_ode = _ordered(picks_sim, order), _ordered(picks_ode, order)
     gaps = np.diff(picks_sim[order], axis=0)  # (F−1, S) time between successive pick-ups
     gm = [_mean_se(g[np.isfinite(g)]) for g in gaps]
-    sep = all(np.isfinite(m) and m > 3 * s for m, s in gm)
 
     def row(picks):
         return " < ".join(
             f"{_fmt(m)} ± {_fmt(s, 2)}" for m, s in (_mean_se(picks[f]) for f in order)
         )
 
-    ctx.claim(
+    why = ("the order must hold in every seed of both the simulation and the ODE, and each gap "
+           "between successive pick-ups must exceed 3 s.e. of its seed mean")  # fmt: skip
+    ordered = [
+        Claim(f"E2.order.{k}", f"ordered in every seed ({k})", f"seeds ({k}) in which every "
+              "feature is picked up, strictly after the one of next larger variance", ok.sum(),
+              0.0, Tolerance("at_least", ok.size, why=why), unit=f"of {ok.size} seeds")
+        for k, ok in (("sim", ok_sim), ("ode", ok_ode))
+    ]  # fmt: skip
+    later = [
+        Claim(f"E2.order.gap{i + 1}", f"feature {order[i + 1]} later than feature {order[i]}",
+              "time between their pick-ups, simulation seed mean", m, s,
+              Tolerance("above", 0.0, k=3, why=why))
+        for i, (m, s) in enumerate(gm)
+    ]  # fmt: skip
+    ctx.claim(Claim(
+        "E2.order",
         "Heads pick up features in decreasing order of Var θ_f; later features take longer",
         f"first t where some head has |cos| ≥ {p['pickup_cos']} with feature f, in decreasing "
         f"Var θ_f = {', '.join(_fmt(var[f]) for f in order)} (mean ± s.e.; D = {D}, "
         f"{sim.sizes['seed']} seeds; ODE from each seed's initial state)",
-        f"sim {row(picks_sim)} (ordered in {int(ok_sim.sum())}/{ok_sim.size} seeds); ODE "
-        f"{row(picks_ode)} ({int(ok_ode.sum())}/{ok_ode.size})",
-        bool(ok_sim.all() and ok_ode.all() and sep),
-        note=f"ODE vs simulation over the run: risk {100 * dev['risk']['max_dev']:.1f} %, |Δcos| "
+        detail=f"pick-up times: simulation {row(picks_sim)}; ODE {row(picks_ode)}. ODE vs "
+        f"simulation over the run: risk {100 * dev['risk']['max_dev']:.1f} %, |Δcos| "
         f"{dev['cos']['max_dev']:.3f}",
-        tolerance="the order must hold in every seed of both the simulation and the ODE, and each "
-        "gap between successive pick-ups must exceed 3 s.e. of its seed mean",
-    )
+        all_of=(*ordered, *later),
+    ))  # fmt: skip
 
 
 # ------------------------------------------------------------------------------- log D
@@ -174,34 +186,38 @@ def _logd_fit(ctx: Context, dims, times, T, example) -> dict:
     cens = [int(np.isinf(x).sum()) for x in times]
     per_d = ", ".join(f"D = {d}: {_fmt(m)} ± {_fmt(s, 2)}" + (f" ({c} censored)" if c else "")
                       for d, m, s, c in zip(dims, med, se, cens, strict=True))  # fmt: skip
+    nan = float("nan")
+    b, bse = (fit["b"], fit["b_se"]) if fit is not None else (nan, nan)
+    slope, slope_se = (pred["slope"], pred["slope_se"]) if pred is not None else (nan, nan)
+    comb = float(np.hypot(bse, slope_se))
+    detail = f"medians {per_d}"
     if fit is None:
-        value, holds = f"too few D with a median ({per_d})", False
+        detail = f"too few D with a median ({per_d})"
+    elif pred is None:
+        detail += "; no saddle prediction (no unstable common phase found)"
     else:
-        b, bse = fit["b"], fit["b_se"]
-        value = f"b = {_fmt(b)} ± {_fmt(bse, 2)} per unit ln D (χ²/dof {_fmt(fit['chi2_dof'], 2)})"
-        if pred is not None:
-            comb = float(np.hypot(bse, pred["slope_se"]))
-            value += (f"; saddle theory 1/(2λ) = {_fmt(pred['slope'])} ± "
-                      f"{_fmt(pred['slope_se'], 2)} (λ = {pred['lambda']:.4f} ± "
-                      f"{pred['lambda_se']:.4f}); difference {_fmt(b - pred['slope'], 2)} = "
-                      f"{_fmt(abs(b - pred['slope']) / comb, 2)} combined s.e.")  # fmt: skip
-            holds = b > 3 * bse and abs(b - pred["slope"]) <= p["consistency_k"] * comb
-        else:
-            value += "; no saddle prediction (no unstable common phase found)"
-            holds = False
-        value += f"; medians {per_d}"
-    ctx.claim(
+        detail += (f"; χ²/dof {_fmt(fit['chi2_dof'], 2)}; saddle theory 1/(2λ) = "
+                   f"{_fmt(slope)} ± {_fmt(slope_se, 2)} (λ = {pred['lambda']:.4f} ± "
+                   f"{pred['lambda_se']:.4f})")  # fmt: skip
+    why = (
+        f"b > 3 s.e. (growth), and |b − 1/(2λ)| ≤ {p['consistency_k']} × √(s.e.(b)² + "
+        "s.e.(1/(2λ))²) (consistency at ≈ 95 %; s.e.(b) inflated by √(χ²/dof) when > 1)"
+    )
+    ctx.claim(Claim(
+        "E2.log_d",
         "The time to specialise grows like log D, with the saddle theory's slope 1/(2λ)",
         f"first head's specialisation time (cos < {p['spec_cos']} with the heads' mean, after "
         f"the common phase; censored at T = {_fmt(T)}), median over {p['logd_seeds']} seeds "
         "per D with a bootstrap s.e.; weighted least squares t_spec = a + b·ln D (natural log) "
         "on the medians; λ the leading unstable eigenvalue of the common phase's fixed point",
-        value,
-        bool(holds),
-        tolerance=f"b > 3 s.e. (growth), and |b − 1/(2λ)| ≤ {p['consistency_k']} × "
-        "√(s.e.(b)² + s.e.(1/(2λ))²) (consistency at ≈ 95 %; s.e.(b) inflated by √(χ²/dof) "
-        "when > 1)",
-    )
+        detail=detail,
+        all_of=(
+            Claim("E2.log_d.growth", "grows", "slope b per unit ln D", b, bse,
+                  Tolerance("above", 0.0, k=3, why=why)),
+            Claim("E2.log_d.saddle", "at the saddle theory's slope", "b − 1/(2λ), s.e. combined",
+                  b - slope, comb, Tolerance("within", 0.0, k=p["consistency_k"], why=why)),
+        ),
+    ))  # fmt: skip
     return {"fit": fit, "pred": pred, "med": med, "se": se}
 
 

@@ -24,18 +24,18 @@ from headspec.apps.experiments.annealed import (
     schedule_override,
 )
 from headspec.apps.experiments.base import Context, Run
+from headspec.apps.experiments.claims import Claim, Tolerance
 
 
-def _both(f):
-    """A verdict in the simulation and in the ODE: f(kind) → (holds, text)."""
-    hs, ts = f("sim")
-    ho, to = f("ode")
-    return hs and ho, f"sim {ts}; ODE {to}"
-
-
-def _se3(x, a, b) -> str:
-    """3 s.e. of the difference of two activations' simulated excess, in %."""
-    return f"{300 * float(np.hypot(x[a]['sim']['se'], x[b]['sim']['se'])):.2f}"
+def _beyond(cid: str, x: dict, hi: str, lo: str, measure: str, why: str) -> tuple[Claim, ...]:
+    """Parts ``cid.sim`` and ``cid.ode``: activation ``hi``'s final excess over R_B minus
+    ``lo``'s, > 3 s.e. of the difference (seed means and paired Monte Carlo)."""
+    return tuple(
+        Claim(f"{cid}.{k}", k, f"{measure} ({k})", x[hi][k]["mean"] - x[lo][k]["mean"],
+              float(np.hypot(x[hi][k]["se"], x[lo][k]["se"])),
+              Tolerance("above", 0.0, k=3, why=why), unit="%")
+        for k in ("sim", "ode")
+    )  # fmt: skip
 
 
 def _end_slope(ds) -> float:
@@ -87,41 +87,32 @@ def run(ctx: Context):
         xa = ex[f"{kind}_bayes_softmax_anneal"]
         rb = rb_on_record_base(pairs[f"{kind}_softmax"][0])
 
-        def stalls(k, x=x, pair=pairs[f"{kind}_softmax"]):
-            sm, bs = x["softmax"][k], x["bayes_softmax"][k]
-            se = float(np.hypot(sm["se"], bs["se"]))
-            slope = _end_slope(pair[0 if k == "sim" else 1])
-            txt = f"{pct(sm['mean'], 1)} vs {pct(bs['mean'], 1)} (end log-slope {slope:+.3f})"
-            return sm["mean"] - bs["mean"] > 3 * se, txt
-
-        ok, txt = _both(stalls)
-        ctx.claim(
+        sl = {k: _end_slope(pairs[f"{kind}_softmax"][i]) for i, k in enumerate(("sim", "ode"))}
+        ctx.claim(Claim(
+            f"E3.{kind}.stalls",
             f"[{kind}] softmax stalls on a plateau above R_B",
-            f"final relative excess over R_B at η = {lr:g}: softmax vs Bayes-softmax (same η, "
-            f"same T; D = {D}); log-slope of the softmax risk over the last half decade",
-            txt,
-            ok,
-            "Bayes-softmax at the same constant η carries the same kind of O(η) excess, so the "
-            "softmax excess beyond it is what the activation costs",
-            tolerance="softmax's excess exceeds Bayes-softmax's by > 3 s.e. of the difference "
-            f"(≈ {_se3(x, 'softmax', 'bayes_softmax')} %: seed mean and paired Monte Carlo), in "
-            "simulation and ODE",
-        )
-
-        def lower(k, x=x):
-            sm, s1 = x["softmax"][k], x["softmax1"][k]
-            se = float(np.hypot(sm["se"], s1["se"]))
-            return s1["mean"] < sm["mean"] - 3 * se, f"{pct(s1['mean'], 1)} vs {pct(sm['mean'], 1)}"
-
-        ok, txt = _both(lower)
-        ctx.claim(
+            f"final relative excess over R_B at η = {lr:g}, softmax minus Bayes-softmax (same η, "
+            f"same T; D = {D}), in simulation and ODE",
+            detail="; ".join(f"{k}: softmax {pct(x['softmax'][k]['mean'], 1)} vs Bayes-softmax "
+                             f"{pct(x['bayes_softmax'][k]['mean'], 1)}, log-slope of the softmax "
+                             f"risk over the last half decade {sl[k]:+.3f}" for k in sl)
+            + ". Bayes-softmax at the same constant η carries the same kind of O(η) excess, so "
+            "the softmax excess beyond it is what the activation costs",
+            all_of=_beyond(f"E3.{kind}.stalls", x, "softmax", "bayes_softmax",
+                           "softmax's excess minus Bayes-softmax's",
+                           "softmax's excess exceeds Bayes-softmax's by > 3 s.e. of the difference "
+                           "(seed mean and paired Monte Carlo), in simulation and ODE"),
+        ))  # fmt: skip
+        ctx.claim(Claim(
+            f"E3.{kind}.lower",
             f"[{kind}] softmax-1 is clearly lower than softmax",
-            "final relative excess over R_B: softmax-1 vs softmax",
-            txt,
-            ok,
-            tolerance="softmax-1 below softmax by > 3 s.e. of the difference "
-            f"(≈ {_se3(x, 'softmax', 'softmax1')} %), in simulation and ODE",
-        )
+            "final relative excess over R_B, softmax minus softmax-1, in simulation and ODE",
+            detail="; ".join(f"{k}: softmax-1 {pct(x['softmax1'][k]['mean'], 1)} vs softmax "
+                             f"{pct(x['softmax'][k]['mean'], 1)}" for k in ("sim", "ode")),
+            all_of=_beyond(f"E3.{kind}.lower", x, "softmax", "softmax1",
+                           "softmax's excess minus softmax-1's", "softmax-1 below softmax by > 3 "
+                           "s.e. of the difference, in simulation and ODE"),
+        ))  # fmt: skip
         sm, s1 = x["softmax"]["sim"], x["softmax1"]["sim"]
         g = (sm["mean"] - s1["mean"]) / (1 + sm["mean"])  # (R_sm − R_s1)/R_sm
         se_g = float(np.hypot(sm["se"], s1["se"])) / (1 + sm["mean"])
@@ -132,20 +123,23 @@ def run(ctx: Context):
         an = pairs[f"{kind}_bayes_softmax_anneal"]
         eta_of = lambda t: eta_end(lr, t0, power, t)  # noqa: E731
         lim, lim_o = (eta_limit(an[i], n, eta_of) for i in (0, 1))
-        reach_claims(ctx, f"[{kind}] ", xa["sim"], xa["ode"], lim, lim_o,
+        reach_claims(ctx, f"E3.{kind}", f"[{kind}] ", xa["sim"], xa["ode"], lim, lim_o,
                      x["bayes_softmax"]["sim"], x["bayes_softmax"]["ode"], D,
                      eta_end(lr, t0, power, Ta), float(p["aim"]))  # fmt: skip
-        ctx.claim(
+        ctx.claim(Claim(
+            f"E3.{kind}.ode_beside",
             f"[{kind}] ODE beside the simulation (D = {D})",
-            "per run: largest deviation of the seed means over the run; final excess sim − ODE",
-            "; ".join(
-                f"{k.removeprefix(kind + '_')}: {risk_dev_text(v[2])}, final "
-                f"{pct(ex[k]['sim']['mean'] - ex[k]['ode']['mean'])}"
-                for k, v in pairs.items()
-            ),
-            None,
-            "the largest deviations sit at the drops, whose times fluctuate between SGD and ODE",
-        )
+            "largest relative deviation of the seed-mean risk, ODE from simulation, over the "
+            "run, largest over the runs",
+            max((d for d in (v[2]["risk"]["max_dev"] for v in pairs.values()) if d == d),
+                default=float("nan")), unit="%",
+            detail="per run: "
+            + "; ".join(f"{k.removeprefix(kind + '_')}: {risk_dev_text(v[2])}, final excess "
+                        f"sim − ODE {pct(ex[k]['sim']['mean'] - ex[k]['ode']['mean'])}"
+                        for k, v in pairs.items())
+            + ". The largest deviations sit at the drops, whose times fluctuate between SGD and "
+            "ODE",
+        ))  # fmt: skip
 
         ax = axes[i]
         for j, a in enumerate(acts):
@@ -160,16 +154,22 @@ def run(ctx: Context):
     if "flipped_spike" in gaps and "discrete" in gaps:
         (gf, sef, gfo), (gd, sed, gdo) = gaps["flipped_spike"], gaps["discrete"]
         se = float(np.hypot(sef, sed))
-        ctx.claim(
+        why = (
+            "flipped spike ahead by > 3 s.e. of the difference in simulation, and ahead in the ODE"
+        )
+        what = "relative risk reduction softmax → softmax-1, flipped spike minus discrete"
+        ctx.claim(Claim(
+            "E3.opposite",
             "The softmax-1 advantage is largest when signals point in opposite directions",
             "relative risk reduction softmax → softmax-1, (R_sm − R_s1)/R_sm: flipped spike vs "
             "discrete (simulation; ODE)",
-            f"{100 * gf:.1f} ± {100 * sef:.1f} % vs {100 * gd:.1f} ± {100 * sed:.1f} % "
-            f"(ODE {100 * gfo:.1f} % vs {100 * gdo:.1f} %)"
-            f"; share of softmax's excess over R_B that softmax-1 removes: "
-            f"{100 * shares['flipped_spike']:.0f} % vs {100 * shares['discrete']:.0f} %",
-            gf - gd > 3 * se and gfo > gdo,
-            tolerance=f"flipped spike ahead by > 3 s.e. of the difference ({100 * 3 * se:.1f} %) "
-            "in simulation, and ahead in the ODE",
-        )
+            detail=f"simulation {100 * gf:.1f} ± {100 * sef:.1f} % vs {100 * gd:.1f} ± "
+            f"{100 * sed:.1f} %, ODE {100 * gfo:.1f} % vs {100 * gdo:.1f} %; share of softmax's "
+            f"excess over R_B that softmax-1 removes: {100 * shares['flipped_spike']:.0f} % vs "
+            f"{100 * shares['discrete']:.0f} %",
+            all_of=(Claim("E3.opposite.sim", "simulation", f"{what} (simulation)", gf - gd, se,
+                          Tolerance("above", 0.0, k=3, why=why), unit="%"),
+                    Claim("E3.opposite.ode", "ODE", f"{what} (ODE; no s.e.: not compared with one)",
+                          gfo - gdo, 0.0, Tolerance("above", 0.0, why=why), unit="%")),
+        ))  # fmt: skip
     ctx.figure(fig, "activations")

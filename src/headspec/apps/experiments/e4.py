@@ -28,6 +28,7 @@ from headspec.apps.experiments.annealed import (
     schedule_override,
 )
 from headspec.apps.experiments.base import Context, Run, _fmt
+from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.conventions.config import TheoryConfig
 
 
@@ -52,17 +53,17 @@ def run(ctx: Context):
     d = samples["constructed"] - samples["bayes"]
     diff = float(np.max(np.abs(d)))
     se_d = float(d.std(ddof=1) / np.sqrt(d.size))
-    ctx.claim(
+    ctx.claim(Claim(
+        "E4.constructed",
         "The constructed Bayes-softmax (one head per atom) attains R_B",
         f"largest per-sample difference from the posterior's loss over {n_c:,} common samples",
-        f"R_B = {_fmt(est['bayes'].mean, 5)} ± {_fmt(est['bayes'].se, 2)}; max |Δ| = {diff:.1e}",
-        diff < 1e-9,
-        f"so the paired s.e. of the risk difference is {se_d:.1e}, against R_B's own s.e. "
-        f"{est['bayes'].se:.1e}",
-        tolerance="max |Δ| < 1e-9 per sample: the two predictors are the same function, so they "
-        "must agree to float64 round-off on every sample (a risk comparison within the s.e. "
-        f"{est['bayes'].se:.1e} would be far weaker)",
-    )
+        diff, 0.0,
+        Tolerance("below", 1e-9, why="the two predictors are the same function, so they must "
+                  "agree to float64 round-off on every sample (a risk comparison within the s.e. "
+                  f"{est['bayes'].se:.1e} would be far weaker)"),
+        detail=f"R_B = {_fmt(est['bayes'].mean, 5)} ± {_fmt(est['bayes'].se, 2)}; the paired s.e. "
+        f"of the risk difference is {se_d:.1e}, against R_B's own s.e. {est['bayes'].se:.1e}",
+    ))  # fmt: skip
 
     seeds, D, lr = int(p["seeds"]), int(ctx.config["task"]["D"]), float(ctx.config["train"]["lr"])
     t0, power, Ta = float(p["anneal_t0"]), float(p.get("anneal_power", 1.0)), float(p["anneal_T"])
@@ -80,7 +81,7 @@ def run(ctx: Context):
     eta_T = eta_end(lr, t0, power, Ta)
     eta_of = lambda t: eta_end(lr, t0, power, t)  # noqa: E731
     lims = {k: eta_limit(pairs["anneal"][i], n, eta_of) for i, k in enumerate(("sim", "ode"))}
-    reach_claims(ctx, "", ex["anneal"], exo["anneal"], lims["sim"], lims["ode"], ex["const"],
+    reach_claims(ctx, "E4", "", ex["anneal"], exo["anneal"], lims["sim"], lims["ode"], ex["const"],
                  exo["const"], D, eta_T, float(p["aim"]))  # fmt: skip
 
     # the O(η) excess shrinks with η (theory, same initial states)
@@ -88,17 +89,19 @@ def run(ctx: Context):
 
     se12 = float(np.hypot(exo["const"]["se"], ex_lr2["se"]))
     ratio = x2 / x1 if x1 else float("nan")
-    ctx.claim(
+    ctx.claim(Claim(
+        "E4.shrinks",
         "The constant-η excess shrinks with η (the η² term of dQ/dt)",
-        f"ODE excess at η = {lr:g} vs η = {lr2:g} (same initial states); η → 0 extrapolation",
-        f"{pct(x1)} vs {pct(x2)} (ratio {ratio:.2f}, η-ratio {lr2 / lr:.2f}); linear "
-        f"extrapolation to η = 0: {pct((x2 * lr - x1 * lr2) / (lr - lr2))}",
-        x1 - x2 > 3 * se12,
-        "a linear O(η) law gives ratio = η-ratio; the intercept is the O(η²) curvature plus the "
-        "finite-time residual",
-        tolerance=f"the excess at the larger η exceeds the smaller one's by > 3 s.e. "
-        f"({100 * 3 * se12:.2f} %, paired Monte Carlo and seed mean)",
-    )
+        f"ODE excess over R_B at η = {lr:g} minus at η = {lr2:g} (same initial states)",
+        x1 - x2, se12,
+        Tolerance("above", 0.0, k=3, why="the excess at the larger η exceeds the smaller one's "
+                  "by > 3 s.e. (paired Monte Carlo and seed mean)"),
+        unit="%",
+        detail=f"{pct(x1)} vs {pct(x2)} (ratio {ratio:.2f}, η-ratio {lr2 / lr:.2f}); linear "
+        f"extrapolation to η = 0: {pct((x2 * lr - x1 * lr2) / (lr - lr2))}; a linear O(η) law "
+        "gives ratio = η-ratio; the intercept is the O(η²) curvature plus the finite-time "
+        "residual",
+    ))  # fmt: skip
 
     # ± directions: Hungarian match of the final heads to the atoms ±a
     atoms = np.asarray(law.atoms, dtype=float)
@@ -114,30 +117,32 @@ def run(ctx: Context):
             cos_ok.append(len(set(j.tolist())) == len(atoms) and bool(np.all(c >= thr)))
             rows.append((kind, int(ds.seed.values[s]), *(f"{x:.3f}" for x in c)))
         rows_ok = int(np.sum(cos_ok))
-        ctx.claim(
+        ctx.claim(Claim(
+            f"E4.pm_directions.{'sim' if kind == 'simulation' else 'ode'}",
             f"The two heads take the + and − directions of the feature ({kind})",
             f"seeds whose heads match the atoms +a and −a one to one (Hungarian) with cos ≥ {thr}",
-            f"{rows_ok}/{len(cos_ok)}",
-            rows_ok == len(cos_ok),
-            tolerance=f"cos ≥ {thr}: at the optimum k_h = ±K*a exactly (cos 1); a head "
-            "still shared between both directions or unspecialised has cos ≈ 0 with each, "
-            f"and the O(1/√D) = {1 / np.sqrt(D):.3f} finite-D spread of the keys lies far inside "
-            "the margin",
-        )
+            rows_ok, 0.0,
+            Tolerance("at_least", len(cos_ok), why=f"every seed; cos ≥ {thr}: at the optimum "
+                      "k_h = ±K*a exactly (cos 1); a head still shared between both directions or "
+                      "unspecialised has cos ≈ 0 with each, and the O(1/√D) = "
+                      f"{1 / np.sqrt(D):.3f} finite-D spread of the keys lies far inside the "
+                      "margin"),
+            unit=f"of {len(cos_ok)} seeds",
+        ))  # fmt: skip
     ctx.outcome.table = rows
     ctx.outcome.table_header = ("run", "seed", *(f"cos(head, atom {j})" for j in range(len(atoms))))
 
     # deviations
     for k, (_sim, _ode, dev) in pairs.items():
-        ctx.claim(
+        ctx.claim(Claim(
+            f"E4.ode_beside.{k}",
             f"ODE beside the simulation ({k}, D = {D})",
-            "largest deviation of the seed means over the run (risk relative, M absolute) and the "
-            "final excess gap",
-            f"{risk_dev_text(dev)}; final excess sim − ODE {pct(ex[k]['mean'] - exo[k]['mean'])}",
-            None,
-            "the largest deviation sits at the drop, whose time fluctuates by O(ln D) between "
-            "SGD and the ODE",
-        )
+            "largest relative deviation of the seed-mean risk, ODE from simulation, over the run",
+            dev["risk"]["max_dev"], unit="%",
+            detail=f"{risk_dev_text(dev)}; final excess sim − ODE "
+            f"{pct(ex[k]['mean'] - exo[k]['mean'])}; the largest deviation sits at the drop, "
+            "whose time fluctuates by O(ln D) between SGD and the ODE",
+        ))  # fmt: skip
 
     fig = Figure(figsize=(12.5, 4.2), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)

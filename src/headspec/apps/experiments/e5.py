@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from headspec.apps.experiments.base import Context, Run
+from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.core.stats import mean_se
 
 
@@ -120,43 +121,50 @@ def run(ctx: Context):
         paths = {"sim": _paths(sim, n, orders), "ode": _paths(ode, n, orders)}
         se_mc = _mc_se(sim, n) / d_atom  # in units of ΔR_atom
         kept = max(1, H // 3) if a == "softmax" else J
-        res = {}
-        for k in ("sim", "ode"):
-            levels = [kept] if a == "softmax" else [kept, kept - 1]
-            f = [_increase(paths[k], m, relative=False) / d_atom for m in levels]
-            rel = [_increase(paths[k], m) for m in levels]
-            parts, ok = [], True
-            for j, (fj, rj) in enumerate(zip(f, rel, strict=True)):
-                m, se = mean_se(fj)
-                se = float(np.hypot(se if np.isfinite(se) else 0.0, se_mc))
-                ok = ok and (m <= keep0 + 3 * se if j == 0 else m >= sharp0 - 3 * se)
-                parts.append(f"{m:.3f} ± {se:.3f} ΔR_atom ({100 * np.nanmean(rj):+.1f} %)")
-            res[k] = (ok, " / ".join(parts))
-            for s in range(len(f[0])):
-                rows.append((a, k, int(sim.seed.values[s]), kept, f"{100 * rel[0][s]:+.2f} %",
-                             f"{100 * rel[1][s]:+.2f} %" if len(rel) > 1 else ""))  # fmt: skip
-        tol = (f"keeps: seed-mean increase ≤ {keep0:g} ΔR_atom + 3 s.e. (ΔR_atom = "
+        why = (f"keeps: seed-mean increase ≤ {keep0:g} ΔR_atom + 3 s.e. (ΔR_atom = "
                f"{d_atom:.4f} = {100 * d_atom / c_path['risk'][0]:.0f} % of R_B: what the "
                "constructed Bayes-softmax loses with one atom's head, an absolute cost that "
                "losing an atom's head carries for any activation)")  # fmt: skip
         if a != "softmax":
-            tol += f"; sharp: ≥ {sharp0:g} ΔR_atom − 3 s.e."
-        tol += (f"; s.e. = seed mean ⊕ Monte Carlo (√2·s.e. on n = {n}: "
+            why += f"; sharp: ≥ {sharp0:g} ΔR_atom − 3 s.e."
+        why += (f"; s.e. = seed mean ⊕ Monte Carlo (√2·s.e. on n = {n}: "
                 f"{se_mc:.3f} ΔR_atom)")  # fmt: skip
+        levels = [("keep", kept, Tolerance("at_most", keep0, k=3, why=why))]
+        if a != "softmax":
+            levels.append(("sharp", kept - 1, Tolerance("at_least", sharp0, k=3, why=why)))
+        parts, rel_text = [], []
+        for k in ("sim", "ode"):
+            rel = [_increase(paths[k], m) for _, m, _ in levels]
+            for (name, m, tol), rj in zip(levels, rel, strict=True):
+                mf, se = mean_se(_increase(paths[k], m, relative=False) / d_atom)
+                se = float(np.hypot(se if np.isfinite(se) else 0.0, se_mc))
+                parts.append(
+                    Claim(
+                        f"E5.{a}.prune.{k}.{name}",
+                        f"{name} ({k})",
+                        f"seed-mean risk increase with {m} of {H} heads kept, greedy "
+                        f"({k}), in units of ΔR_atom",
+                        mf,
+                        se,
+                        tol,
+                        unit="ΔR_atom",
+                    )
+                )
+                rel_text.append(f"{k}, {m} kept: {100 * np.nanmean(rj):+.1f} %")
+            for s in range(len(rel[0])):
+                rows.append((a, k, int(sim.seed.values[s]), kept, f"{100 * rel[0][s]:+.2f} %",
+                             f"{100 * rel[1][s]:+.2f} %" if len(rel) > 1 else ""))  # fmt: skip
         if a == "softmax":
             claim = f"Softmax tolerates heavy pruning (redundant heads), {kept} of {H} kept"
-            qty = f"risk increase (ΔR_atom units; relative), greedy, {kept} of {H} heads kept"
+            qty = f"risk increase (ΔR_atom units), greedy, {kept} of {H} heads kept"
         else:
             claim = (f"{a} keeps its risk down to the number of needed heads (J = {J} atoms) and "
                      "degrades sharply below")  # fmt: skip
-            qty = f"risk increase (ΔR_atom units; relative) with J = {J} heads kept / with J − 1"
-        ctx.claim(
-            claim,
-            f"{qty}: simulation (D = {D}) and ODE, {seeds} seeds",
-            f"sim {res['sim'][1]}; ODE {res['ode'][1]}",
-            res["sim"][0] and res["ode"][0],
-            tolerance=tol,
-        )
+            qty = f"risk increase (ΔR_atom units) with J = {J} heads kept / with J − 1"
+        ctx.claim(Claim(
+            f"E5.{a}.prune", claim, f"{qty}: simulation (D = {D}) and ODE, {seeds} seeds",
+            detail="relative increases (seed mean): " + "; ".join(rel_text), all_of=tuple(parts),
+        ))  # fmt: skip
         # the figure: seed-mean greedy paths, sim vs ODE; the first seed's random orders thin
         ax = axes[i]
         for k, ls, col in (("sim", "-", "C0"), ("ode", "--", "C1")):
@@ -180,13 +188,14 @@ def run(ctx: Context):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="x-small")
         r = dev["risk"]
-        ctx.claim(
+        ctx.claim(Claim(
+            f"E5.{a}.ode_beside",
             f"ODE beside the simulation ({a}, D = {D})",
-            "largest deviation of the seed-mean risk over the run; of the seed-mean greedy path",
-            f"risk {100 * r['max_dev']:.1f} % at t = {r['t']:.3g}; pruning path "
+            "largest relative deviation of the seed-mean risk, ODE from simulation, over the run",
+            r["max_dev"], unit="%",
+            detail=f"at t = {r['t']:.3g}; of the seed-mean greedy pruning path "
             f"{_path_dev(paths):.1f} %",
-            None,
-        )
+        ))  # fmt: skip
     axes[0].set_ylabel("risk (D → ∞)")
     ctx.outcome.table = rows
     ctx.outcome.table_header = ("activation", "run", "seed", "heads kept", "increase",

@@ -33,6 +33,7 @@ from headspec.apps.experiments.arrangement import (
     summary,
 )
 from headspec.apps.experiments.base import Context, Run, _fmt, _mean_se
+from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.conventions.runs import config_model
 from headspec.dynamics import analysis
 
@@ -189,21 +190,22 @@ def run(ctx: Context):
         S, n0 = s["S"], s["n_uneven0"]
         pr = n0 / S
         se = np.sqrt(max(pr * (1 - pr), 1.0 / S) / S)  # floor: not 0 at p̂ = 0 or 1
-        ctx.claim(
+        ctx.claim(Claim(
+            f"E6.{k}.uneven_first",
             f"softmax, {LAW_NAMES[k]}: heads first split unevenly (in some seeds)",
-            "simulation seeds whose split right after specialisation is uneven (fraction ± "
-            f"binomial s.e.); ODE from the same initial states: {so['n_uneven0']}/{so['S']} "
-            f"(same first split as the simulation in {res[(k, 'agree')][0]}/{so['S']}, same end "
-            f"split in {res[(k, 'agree')][1]}/{so['S']})",
-            f"{n0}/{S} = {pr:.2f} ± {se:.2f}",
-            n0 >= 1,
-            f"first splits: {s['first']}; {lab0[k]:.0%} of the recorded states have every head "
-            f"on an atom by head_split(min_cos={p['min_cos']}) alone but a head within "
+            "simulation seeds whose split right after specialisation is uneven",
+            n0, 0.0,
+            Tolerance("at_least", 1, why=f"≥ 1 seed, its uneven split lasting ≥ {p['persist']} "
+                      "grid points with every head decided (a label flicker does not count); the "
+                      "count is a rate, not compared with a prediction"),
+            unit=f"of {S} seeds",
+            detail=f"fraction {pr:.2f} ± {se:.2f} (binomial s.e.); ODE from the same initial "
+            f"states: {so['n_uneven0']}/{so['S']} (same first split as the simulation in "
+            f"{res[(k, 'agree')][0]}/{so['S']}, same end split in {res[(k, 'agree')][1]}/"
+            f"{so['S']}); first splits: {s['first']}; {lab0[k]:.0%} of the recorded states have "
+            f"every head on an atom by head_split(min_cos={p['min_cos']}) alone but a head within "
             f"{p['margin']} of both atoms' cosines (undecided here)",
-            tolerance=f"≥ 1 seed, its uneven split lasting ≥ {p['persist']} grid points with "
-            f"every head decided (a label flicker does not count); the count is a rate, not "
-            f"compared with a prediction",
-        )
+        ))  # fmt: skip
         prep_here = [(prep_meta[n][1], histories(preps[n], atoms[k], p)[0]) for n in preps
                      if prep_meta[n][0] == k]  # fmt: skip
         prep_moved = [f"{st}→{h['end']}" for st, h in prep_here]
@@ -212,26 +214,34 @@ def run(ctx: Context):
               for n, c in classes.items() if prep_meta[n][0] == k]  # fmt: skip
         moved_total = s["n_moved"] + n_prep_even
         stuck = moved_total == 0
-        ctx.claim(
+        tol = Tolerance("at_least", 1, why=f"≥ 1 seed or prepared start ends even (split by "
+                        f"cosine ≥ {p['min_cos']} and margin {p['margin']}, lasting ≥ "
+                        f"{p['persist']} grid points) by t = {_fmt(T_of[k])} (prepared: "
+                        f"{_fmt(p['T_prepared'])}); none → stuck, reported with the Jacobian's "
+                        "classification of the uneven state")  # fmt: skip
+        ctx.claim(Claim(
+            f"E6.{k}.rearranges",
             f"softmax, {LAW_NAMES[k]}: an uneven split rearranges to the even one",
-            "simulation seeds uneven after specialisation and even at the end; prepared uneven "
-            "starts (ODE) ending even",
-            f"sim {s['n_moved']}/{n0}; ODE same inits {so['n_moved']}/{so['n_uneven0']}; "
-            f"prepared: {', '.join(prep_moved) or '–'}",
-            (moved_total >= 1) if (n0 or prep_here) else None,
-            ("STUCK: " if stuck else "")
-            + (f"fixed point at the uneven state: {'; '.join(cl)}. " if cl else "")
-            + f"moves in simulations: {moves_text(s['moves'], 4)}",
-            tolerance=f"≥ 1 seed or prepared start ends even (split by cosine ≥ {p['min_cos']} "
-            f"and margin {p['margin']}, lasting ≥ {p['persist']} grid points) by t = "
-            f"{_fmt(T_of[k])} (prepared: {_fmt(p['T_prepared'])}); none → stuck, reported with "
-            "the Jacobian's classification of the uneven state",
-        )
+            "simulation seeds uneven after specialisation and even at the end, plus prepared "
+            "uneven starts (ODE) ending even",
+            moved_total, 0.0,
+            tol if (n0 or prep_here) else None,  # nothing uneven to rearrange: measured only
+            unit=f"of {n0} seeds + {len(prep_here)} prepared",
+            detail=("STUCK: " if stuck else "")
+            + f"simulation {s['n_moved']}/{n0}; ODE same inits {so['n_moved']}/{so['n_uneven0']};"
+            f" prepared: {', '.join(prep_moved) or '–'}. "
+            + (f"Fixed point at the uneven state: {'; '.join(cl)}. " if cl else "")
+            + f"Moves in simulations: {moves_text(s['moves'], 4)}",
+        ))  # fmt: skip
         ev, un = s["risk_even"], s["risk_uneven"]
+        tol = Tolerance("above", 0.0, k=3, why="difference > 3 s.e. (seed-to-seed spread of each "
+                        "group's mean end risk, risks on common base samples so the Monte-Carlo "
+                        "error cancels in the difference); finite-D corrections shift both groups "
+                        "alike")  # fmt: skip
         if ev and un:
             (me, see), (mu, seu) = _mean_se(ev), _mean_se(un)
             d, sd = mu - me, float(np.hypot(see, seu))
-            value, holds = f"{d:+.4f} ± {sd:.4f} ({mu:.4f} vs {me:.4f})", d > 3 * sd
+            value = f"uneven {mu:.4f} vs even {me:.4f}"
             src = "simulation seeds"
         else:  # no seed ends uneven (or none even): measured, no verdict
             cl_r = [f"{c['split']} fixed point R* = {c['risk']:.4f} ({c['kind']})"
@@ -240,18 +250,16 @@ def run(ctx: Context):
                      if ev else "no simulation seed ends even")  # fmt: skip
             if cl_r:
                 value += "; uneven " + ", ".join(cl_r)
-            holds, src = None, "simulation seeds (none ends uneven: no verdict)"
-        ctx.claim(
+            d, sd, tol = float("nan"), 0.0, None
+            src = "simulation seeds (none ends uneven: no verdict)"
+        ctx.claim(Claim(
+            f"E6.{k}.uneven_costs",
             f"softmax, {LAW_NAMES[k]}: an uneven final arrangement costs risk",
             f"end risk (D → ∞ risk of the final overlaps) uneven − even, {src}",
-            value,
-            holds,
-            f"ODE vs simulation (same initial states): max relative risk deviation "
-            f"{dev['risk']['max_dev']:.3f} at t = {_fmt(dev['risk']['t'])}",
-            tolerance="difference > 3 s.e. (seed-to-seed spread of each group's mean end risk, "
-            "risks on common base samples so the Monte-Carlo error cancels in the difference); "
-            "finite-D corrections shift both groups alike",
-        )
+            d, sd, tol,
+            detail=f"{value}; ODE vs simulation (same initial states): max relative risk "
+            f"deviation {dev['risk']['max_dev']:.3f} at t = {_fmt(dev['risk']['t'])}",
+        ))  # fmt: skip
     _figures(ctx, paired, preps, prep_meta, atoms, laws, p)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from headspec.apps.experiments.base import Context, Run, _fmt
+from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.dynamics import representation as rep
 
 ACTIVATIONS = ("softmax", "softmax1", "bayes_softmax")
@@ -167,32 +168,39 @@ def _claims(ctx: Context, shapes: dict, meta: dict, p, S: int):
         n_combo = sum(x["combination"] for x in sh)
         n_pm = sum(x["pm_pairs"] for x in sh)
         where = f"F = {F}, H = {H}, {LABEL[act]}"
-        value = (f"orthogonal {n_orth}/{S} seeds (median max |cos| "
-                 f"{np.median([x['max_other'] for x in sh]):.2f}); combinations {n_combo}/{S} "
-                 f"(median mean n_eff {_nanmedian([x['neff'] for x in sh]):.2f}); "
-                 f"± ends {n_pm}/{S}")  # fmt: skip
+        detail = (f"orthogonal {n_orth}/{S} seeds (median max |cos| "
+                  f"{np.median([x['max_other'] for x in sh]):.2f}); combinations {n_combo}/{S} "
+                  f"(median mean n_eff {_nanmedian([x['neff'] for x in sh]):.2f}); "
+                  f"± ends {n_pm}/{S}")  # fmt: skip
+        cid, unit = f"E7.F{F}_H{H}.{act}", f"of {S} seeds"
         if act == "softmax":
             both = sum(x["orthogonal"] and x["combination"] for x in sh)
-            ctx.claim(
+            ctx.claim(Claim(
+                f"{cid}.groups",
                 "Softmax: the heads split into groups orthogonal to each other, and heads learn "
                 "combinations of signals",
                 f"{where}: seeds whose final groups are orthogonal (apart from ± ends) and whose "
                 "heads are all combinations (simulation, D = " + str(D) + ")",
-                value, 2 * both >= S, tolerance=why_orth + "; " + why_combo,
-            )  # fmt: skip
+                both, 0.0, Tolerance("at_least", S / 2, why=why_orth + "; " + why_combo),
+                unit=unit, detail=detail,
+            ))  # fmt: skip
         elif act == "bayes_softmax":
-            note = "" if H >= 2 * F else f"H = {H} < 2F = {2 * F}: not enough heads for every end"
-            ctx.claim(
+            if H < 2 * F:
+                detail += f"; H = {H} < 2F = {2 * F}: not enough heads for every end"
+            ctx.claim(Claim(
+                f"{cid}.pm_pairs",
                 "Bayes-softmax: pairs of heads each take one direction (its ± ends)",
                 f"{where}: seeds in which every head sits on one ±a·e_f and every end has a head "
                 f"(simulation, D = {D})",
-                value, 2 * n_pm >= S, note=note, tolerance=why_pm,
-            )  # fmt: skip
+                n_pm, 0.0, Tolerance("at_least", S / 2, why=why_pm), unit=unit, detail=detail,
+            ))  # fmt: skip
         else:
-            ctx.claim(
+            ctx.claim(Claim(
+                f"{cid}.contrast",
                 "Softmax-1 (contrast): its representation",
-                f"{where}: the same measures (simulation, D = {D})", value, None,
-            )  # fmt: skip
+                f"{where}: seeds whose final groups are orthogonal (apart from ± ends), the other "
+                f"measures below (simulation, D = {D})", n_orth, unit=unit, detail=detail,
+            ))  # fmt: skip
     agree, total, worst = 0, 0, 0.0
     for sh, so, _ in shapes.values():
         for sd, o in so.items():
@@ -203,17 +211,20 @@ def _claims(ctx: Context, shapes: dict, meta: dict, p, S: int):
             total += 1
             worst = max(worst, d)
     devs = [dev["cos"]["max_dev"] for _, _, dev in shapes.values()]
-    ctx.claim(
+    ctx.claim(Claim(
+        "E7.ode_same",
         "The ODE from the same initial state learns the same representation",
         f"runs (setting × activation × ODE seed) with the same grouping and final head–feature "
         f"cosines within {p['ode_cos']}",
-        f"{agree}/{total}; largest final |Δcos_hf| {worst:.2f}; largest |Δcos| over the whole "
-        f"run {max(devs):.2f}",
-        agree == total,
-        tolerance=f"|Δcos_hf| ≤ {p['ode_cos']} at the end: O(1/√D) = {1 / np.sqrt(D):.3f} "
-        "finite-D fluctuations, amplified near the saddles the heads pass (timing of escapes); "
-        "a different arrangement differs by ≥ 0.3",
-    )
+        agree, 0.0,
+        Tolerance("at_least", total, why=f"every run; |Δcos_hf| ≤ {p['ode_cos']} at the end: "
+                  f"O(1/√D) = {1 / np.sqrt(D):.3f} finite-D fluctuations, amplified near the "
+                  "saddles the heads pass (timing of escapes); a different arrangement differs "
+                  "by ≥ 0.3"),
+        unit=f"of {total} runs",
+        detail=f"largest final |Δcos_hf| {worst:.2f}; largest |Δcos| over the whole run "
+        f"{max(devs):.2f}",
+    ))  # fmt: skip
 
 
 def _formation(ctx: Context, res: dict, meta: dict, p):
@@ -237,19 +248,21 @@ def _formation(ctx: Context, res: dict, meta: dict, p):
                 n1.append(neff[-1])
         S = sim.sizes["seed"]
         if not appear:
-            value = f"no group of active heads by t = {_fmt(t[-1])} in any of {S} seeds"
+            detail = f"no group of active heads by t = {_fmt(t[-1])} in any of {S} seeds"
         else:
-            value = (f"groups appear at t ≈ {_fmt(np.median(appear), 2)}, final grouping from "
-                     f"t ≈ {_fmt(_nanmedian(settle), 2)} (medians over {len(appear)} seeds); "
-                     f"{detour}/{len(appear)} seeds pass through another number of groups first; "
-                     f"n_eff when all heads first count {_fmt(np.median(n0), 3)} → end "
-                     f"{_fmt(np.median(n1), 3)}")  # fmt: skip
-        ctx.claim(
+            detail = (f"groups appear at t ≈ {_fmt(np.median(appear), 2)}, final grouping from "
+                      f"t ≈ {_fmt(_nanmedian(settle), 2)} (medians over {len(appear)} seeds); "
+                      f"{detour}/{len(appear)} seeds pass through another number of groups "
+                      f"first; n_eff when all heads first count {_fmt(np.median(n0), 3)} → end "
+                      f"{_fmt(np.median(n1), 3)}")  # fmt: skip
+        ctx.claim(Claim(
+            f"E7.F{F}_H{H}.{act}.formation",
             f"How the grouping forms ({LABEL[act]}, F = {F}, H = {H})",
-            "time groups appear and the final grouping settles; intermediate counts; feature "
-            "participation of the heads as they emerge vs at the end (simulation)",
-            value, None,
-        )  # fmt: skip
+            "median time at which groups of active heads appear (simulation); below: when the "
+            "final grouping settles, intermediate counts, feature participation of the heads as "
+            "they emerge vs at the end",
+            np.median(appear) if appear else float("nan"), detail=detail,
+        ))  # fmt: skip
 
 
 def _figures(ctx: Context, res: dict, shapes: dict, meta: dict, settings, p):

@@ -1,12 +1,17 @@
 """The report of `headspec reproduce`: ``index.md``, ``index.html`` rendered from it, and
-``outcomes.json`` (every experiment's claims, verdicts, tolerances, tables and figure paths, for
-programs: :func:`read_outcomes` reads it back).
+``outcomes.json`` (every experiment's claims as data — id, statement, measure, value, s.e., unit,
+verdict, tolerance — tables and figure paths, for programs: :func:`read_outcomes` reads it back).
 
-The report is written once, in Markdown (claims table, per-experiment sections with figures and
-config links, environment); the HTML page is that Markdown rendered by markdown-it-py (CommonMark
-with tables, raw HTML off so every text is escaped) inside a minimal page. Figures and configs are
-referenced by paths relative to the report folder. Every file (index.md, index.html, the configs'
-JSON) is written atomically, UTF-8 (headspec.conventions.io).
+Everything is rendered from the claims' data (:mod:`headspec.apps.experiments.claims`). The
+report is written once, in Markdown: a compact claims table (one line per claim: experiment,
+statement, value ± s.e., verdict), then per experiment its claims, each with what it measures, its
+tolerance and the reason, the check that decided it and its parts, then figures, tables and config
+links, then the environment. The HTML page is that Markdown rendered by markdown-it-py (CommonMark
+with tables, raw HTML off so every text is escaped) inside a minimal page; the verdict cells get a
+CSS class (``v-yes``, ``v-no``, ``v-none``: green, red, grey) on the parsed tokens, so no HTML is
+written by hand. Figures and configs are referenced by paths relative to the report folder. Every
+file (index.md, index.html, the configs' JSON) is written atomically, UTF-8
+(headspec.conventions.io).
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from pathlib import Path
 
 from markdown_it import MarkdownIt
 
-from headspec.apps.experiments.base import Claim, Outcome
+from headspec.apps.experiments.base import Outcome
+from headspec.apps.experiments.claims import Claim, verdict_text
 from headspec.conventions.io import write_json_atomic, write_text_atomic
 
 _CSS = (
@@ -24,11 +30,15 @@ _CSS = (
     "table{border-collapse:collapse;margin:1em 0}"
     "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top}"
     "th{background:#f4f4f4}img{max-width:100%}pre{background:#f6f6f6;padding:8px;overflow:auto}"
+    "td.v-yes{background:#e3f4e3;color:#1b5e20;font-weight:bold}"
+    "td.v-no{background:#fde0e0;color:#b71c1c;font-weight:bold}td.v-none{color:#888}"
 )
 _PAGE = (
     "<!doctype html><html><head><meta charset='utf-8'><title>headspec report</title>"
     "<style>{css}</style></head><body>\n{body}</body></html>\n"
 )
+VERDICT_CLASS = {"yes": "v-yes", "NO": "v-no", "—": "v-none"}  # verdict cell → its CSS class
+OUTCOMES = "outcomes.json"
 
 
 def environment() -> dict:
@@ -43,12 +53,16 @@ def environment() -> dict:
 
 
 def _md(text) -> str:
-    """A Markdown table cell: pipes escaped, newlines flattened."""
-    return str(text).replace("|", "\\|").replace("\n", " ")
+    """Text as literal Markdown on one line: the characters that would start emphasis, code, a
+    link or a table cell escaped, newlines flattened.
 
-
-def _verdict(h):
-    return "yes" if h is True else ("NO" if h is False else "—")
+    >>> _md("K*E[θ] | k_h")
+    'K\\\\*E\\\\[θ\\\\] \\\\| k\\\\_h'
+    """
+    out = str(text).replace("\\", "\\\\")
+    for ch in "`*_[]|<":
+        out = out.replace(ch, "\\" + ch)
+    return out.replace("\n", " ")
 
 
 def write_report(outcomes: list[Outcome], outdir: Path, scale: str, seconds: float) -> Path:
@@ -66,9 +80,6 @@ def write_report(outcomes: list[Outcome], outdir: Path, scale: str, seconds: flo
     return outdir / "index.html"
 
 
-OUTCOMES = "outcomes.json"
-
-
 def _plain(x):
     """A table cell as JSON: NumPy scalars as Python numbers, anything else as its text."""
     if isinstance(x, (str, int, float, bool)) or x is None:
@@ -79,9 +90,9 @@ def _plain(x):
 
 
 def outcomes_json(outcomes: list[Outcome], outdir: Path, env: dict, scale: str, seconds: float):
-    """The outcomes as plain JSON data; figure paths relative to ``outdir``, configs by name
-    (each is ``configs/<id>_<name>.json``)."""
-    import dataclasses
+    """The outcomes as plain JSON data; each claim as :meth:`Claim.as_dict` (verdict and
+    tolerance included), figure paths relative to ``outdir``, configs by name (each is
+    ``configs/<id>_<name>.json``)."""
 
     def rel(p: Path) -> str:
         p = Path(p)
@@ -97,7 +108,7 @@ def outcomes_json(outcomes: list[Outcome], outdir: Path, env: dict, scale: str, 
                 "title": o.title,
                 "seconds": o.seconds,
                 "error": o.error,
-                "claims": [dataclasses.asdict(c) for c in o.claims],
+                "claims": [c.as_dict() for c in o.claims],
                 "figures": [rel(f) for f in o.figures],
                 "configs": sorted(o.configs),
                 "table_header": list(o.table_header) if o.table_header else None,
@@ -110,16 +121,18 @@ def outcomes_json(outcomes: list[Outcome], outdir: Path, env: dict, scale: str, 
 
 def read_outcomes(folder: str | Path) -> list[Outcome]:
     """The outcomes of the report in ``folder`` (its ``outcomes.json``), with absolute figure
-    paths and each config read from ``configs/``.
+    paths and each config read from ``configs/``; each claim's verdict is recomputed from its
+    data.
 
     Example:
         >>> import tempfile
-        >>> from headspec.apps.experiments.base import Claim, Outcome
+        >>> from headspec.apps.experiments.claims import Tolerance
         >>> d = Path(tempfile.mkdtemp())
-        >>> o = Outcome("E9", "a title", claims=[Claim("c", "q", "1.0", True, tolerance="t")])
-        >>> _ = write_report([o], d, "smoke", 1.0)
-        >>> read_outcomes(d)[0].claims == o.claims
-        True
+        >>> c = Claim("E9.c", "a claim", "a quantity", 1.0, 0.1, Tolerance("above", 0, k=3))
+        >>> _ = write_report([Outcome("E9", "a title", claims=[c])], d, "smoke", 1.0)
+        >>> (back,) = read_outcomes(d)[0].claims
+        >>> back == c, back.verdict
+        (True, True)
     """
     import json
 
@@ -133,7 +146,7 @@ def read_outcomes(folder: str | Path) -> list[Outcome]:
         }
         out.append(
             Outcome(
-                e["id"], e["title"], claims=[Claim(**c) for c in e["claims"]],
+                e["id"], e["title"], claims=[Claim.from_dict(c) for c in e["claims"]],
                 figures=[folder / f for f in e["figures"]], configs=configs,
                 seconds=e["seconds"], error=e["error"],
                 table=[tuple(r) for r in e["table"]] if e["table"] is not None else None,
@@ -145,37 +158,32 @@ def read_outcomes(folder: str | Path) -> list[Outcome]:
 
 def markdown(outcomes: list[Outcome], env: dict, scale: str, seconds: float) -> str:
     """The whole report as Markdown text."""
-    held = sum(c.holds is True for o in outcomes for c in o.claims)
-    failed = sum(c.holds is False for o in outcomes for c in o.claims)
+    held = sum(c.verdict is True for o in outcomes for c in o.claims)
+    failed = sum(c.verdict is False for o in outcomes for c in o.claims)
     md = [f"# headspec — reproduction of the paper's findings ({scale} scale)", ""]
     errors = sum(o.error is not None for o in outcomes)
     md += [f"{held} claim{' holds' if held == 1 else 's hold'}, {failed} do not, at this scale; "
            f"{errors} experiment{'' if errors == 1 else 's'} failed to run. "
            f"Total time {seconds / 60:.1f} min.", ""]  # fmt: skip
-    md += ["## Claims", "", "| exp. | claim | measured | value | tolerance (why) | holds |",
-           "|---|---|---|---|---|---|"]  # fmt: skip
-    for o in outcomes:
-        if o.error:
-            md.append(
-                f"| {o.id} | (experiment failed) | — | `{_md(o.error.splitlines()[0])}` | — | NO |"
-            )
-        for c in o.claims:
-            note = f" ({c.note})" if c.note else ""
-            cells = (o.id, c.claim, c.quantity + note, c.value, c.tolerance or "—",
-                     _verdict(c.holds))  # fmt: skip
-            md.append("| " + " | ".join(_md(x) for x in cells) + " |")
+    md += ["## Claims", "", *claims_table(outcomes), "",
+           "What each claim measures, its tolerance and why, and the check that decided it: "
+           "under its experiment below."]  # fmt: skip
     overlapped = sum(o.seconds for o in outcomes) > 1.05 * seconds  # recipes ran concurrently
     for o in outcomes:
         side = " (side by side with the others)" if overlapped else ""
-        md += ["", f"## {o.id} — {o.title}", "", f"Run time {o.seconds:.0f} s{side}."]
+        md += ["", f"## {o.id} — {_md(o.title)}", "", f"Run time {o.seconds:.0f} s{side}."]
         if o.error:
             md += ["", "**This experiment failed:**", "", "```", o.error, "```"]
+        if o.claims:
+            md += ["", f"### Claims of {o.id}", ""]
+            for c in o.claims:
+                md += claim_details(c)
         for fig in o.figures:
             md += ["", f"![{fig.stem}](figures/{fig.name})"]
         if o.table:
             head = o.table_header or ("seed", "split after specialisation", "final split",
                                       "moves at t", "risk bump")  # fmt: skip
-            md += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            md += ["", "| " + " | ".join(_md(h) for h in head) + " |", "|" + "---|" * len(head)]
             md += ["| " + " | ".join(_md(x) for x in row) + " |" for row in o.table]
         if o.configs:
             md += ["", "Configs: " + ", ".join(
@@ -190,7 +198,86 @@ def markdown(outcomes: list[Outcome], env: dict, scale: str, seconds: float) -> 
     return "\n".join(md) + "\n"
 
 
+def claims_table(outcomes: list[Outcome]) -> list[str]:
+    """The compact claims table as Markdown lines, one per claim: experiment, statement,
+    value ± s.e., verdict (a failed experiment: one NO line with its error's first line).
+
+    >>> from headspec.apps.experiments.claims import Tolerance
+    >>> c = Claim("E9.c", "A beats B", "R_B − R_A", 0.031, 0.004, Tolerance("above", 0, k=3))
+    >>> claims_table([Outcome("E9", "t", claims=[c])])[2]
+    '| E9 | A beats B | 0.031 ± 0.004 | yes |'
+    """
+    md = ["| exp. | claim | value ± s.e. | verdict |", "|---|---|---|---|"]
+    for o in outcomes:
+        if o.error:
+            md.append(f"| {o.id} | (experiment failed) | `{_md(o.error.splitlines()[0])}` | NO |")
+        for c in o.claims:
+            cells = (o.id, _md(c.statement), _md(c.value_text()), verdict_text(c.verdict))
+            md.append("| " + " | ".join(cells) + " |")
+    return md
+
+
+def claim_details(c: Claim, indent: str = "", parent: Claim | None = None) -> list[str]:
+    """A claim as a Markdown list item: verdict, statement (a part: its name in the claim), id
+    and value, then what it measures, its tolerance (rule, reason, whether set after seeing data),
+    the check and any detail, then its parts the same way (a part's reason left out where it
+    repeats the previous part's)."""
+    name = _md(parent.label(c) if parent is not None else c.statement)
+    head = f"{indent}- **{verdict_text(c.verdict)}** · {name}"
+    if parent is None:
+        head += f" (`{c.id}`)"
+    if not c.all_of:
+        head += f": {_md(c.value_text())}"
+    sub = indent + "  "
+    md = [head, f"{sub}- measured: {_md(c.measure)}"]
+    t = c.tolerance
+    if t is not None:
+        after = " *(tolerance set after seeing data)*" if t.set_after_data else ""
+        md.append(f"{sub}- tolerance: {_md(t.rule(c.unit))}{after}")
+        if t.why and (parent is None or _previous_why(parent, c) != t.why):
+            md.append(f"{sub}- why: {_md(t.why)}")
+        md.append(f"{sub}- check: {_md(c.reason)}")
+    elif not c.all_of:
+        md.append(f"{sub}- measured only: no tolerance, no verdict")
+    if c.detail:
+        md.append(f"{sub}- detail: {_md(c.detail)}")
+    for part in c.all_of:
+        md += claim_details(part, sub, c)
+    return md
+
+
+def _previous_why(parent: Claim, part: Claim) -> str | None:
+    """The reason of the part before ``part`` in ``parent`` (None for the first part)."""
+    k = parent.all_of.index(part)
+    prev = parent.all_of[k - 1].tolerance if k > 0 else None
+    return prev.why if prev is not None else None
+
+
 def to_html(md: str) -> str:
-    """A Markdown report as a standalone HTML page."""
-    parser = MarkdownIt("commonmark", {"html": False})
-    return _PAGE.format(css=_CSS, body=parser.enable("table").render(md))
+    """A Markdown report as a standalone HTML page, its verdict cells coloured.
+
+    >>> page = to_html("| claim | verdict |\\n|---|---|\\n| a | yes |\\n| b | NO |\\n")
+    >>> '<td class="v-yes">yes</td>' in page and '<td class="v-no">NO</td>' in page
+    True
+    """
+    parser = MarkdownIt("commonmark", {"html": False}).enable("table")
+    tokens = parser.parse(md)
+    _colour_verdicts(tokens)
+    return _PAGE.format(css=_CSS, body=parser.renderer.render(tokens, parser.options, {}))
+
+
+def _colour_verdicts(tokens) -> None:
+    """Give each cell of a table's "verdict" column the CSS class of its verdict."""
+    col, k = None, 0
+    for i, tok in enumerate(tokens):
+        if tok.type == "table_open":
+            col = None
+        elif tok.type == "tr_open":
+            k = 0
+        elif tok.type in ("th_open", "td_open"):
+            text = tokens[i + 1].content if tokens[i + 1].type == "inline" else ""
+            if tok.type == "th_open" and text == "verdict":
+                col = k
+            elif tok.type == "td_open" and k == col:
+                tok.attrSet("class", VERDICT_CLASS.get(text, "v-none"))
+            k += 1
