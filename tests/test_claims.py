@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -208,3 +209,18 @@ def test_html_colours_the_verdicts_and_json_reads_back(tmp_path):
     assert (a["id"], a["verdict"], a["tolerance"]["set_after_data"]) == ("E9.a", False, True)
     assert b["verdict"] is True and [p["id"] for p in b["all_of"]] == ["E9.b.sim", "E9.b.ode"]
     assert c["verdict"] is None and c["tolerance"] is None
+
+
+def test_an_older_outcomes_json_is_refused_with_the_fix(tmp_path):
+    """docs/gallery's outcomes.json predates claims as data (claims as text, no ids): reading it
+    says so and how to regenerate it, instead of a KeyError deep in Claim.from_dict."""
+    import json
+    import shutil
+
+    gallery = Path(__file__).parents[1] / "docs" / "gallery" / "outcomes.json"
+    data = json.loads(gallery.read_text(encoding="utf-8"))
+    if all("id" in c for e in data["experiments"] for c in e["claims"]):
+        pytest.skip("the gallery has been regenerated in today's format")
+    shutil.copy(gallery, tmp_path / "outcomes.json")
+    with pytest.raises(ValueError, match=r"older headspec .* fix: run `headspec reproduce` again"):
+        read_outcomes(tmp_path)

@@ -138,6 +138,12 @@ def read_outcomes(folder: str | Path) -> list[Outcome]:
 
     folder = Path(folder)
     data = json.loads((folder / OUTCOMES).read_text(encoding="utf-8"))
+    old = [c for e in data["experiments"] for c in e["claims"] if "id" not in c]
+    if old:  # written before claims were data: a claim's text and its recipe's verdict only
+        raise ValueError(
+            f"{folder / OUTCOMES} was written by an older headspec (claims as text, without "
+            "ids, values and tolerances); fix: run `headspec reproduce` again to regenerate it"
+        )
     out = []
     for e in data["experiments"]:
         configs = {
