@@ -230,14 +230,13 @@ def jax_cache():
 
 
 @pytest.fixture(scope="module")
-def client(jax_cache):
+def client():
     """A real LocalCluster as `headspec sweep` starts it (worker processes on loopback), with one
     worker: the fast tiers test sweeps with one worker; two workers sharing the tasks (and one of
-    them killed) are the slow tier's command-line tests below."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("HEADSPEC_JAX_CACHE", jax_cache)
-        with sweep.dask_client(workers=1) as c:
-            yield c
+    them killed) are the slow tier's command-line tests below. The worker inherits the session's
+    HEADSPEC_JAX_CACHE (conftest)."""
+    with sweep.dask_client(workers=1) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
