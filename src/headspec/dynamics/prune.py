@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 
@@ -44,16 +45,24 @@ def _all_projections(M, Q, law: LatentLaw, base: BaseSamples):
     return lam, weights  # (A, n, H, L), (A,)
 
 
+_all_projections_jit = eqx.filter_jit(_all_projections)
+
+
+@eqx.filter_jit
+def _subset_risk(lam, weights, b, activation: Activation, idx):
+    """D → ∞ risk of the sub-model of heads ``idx`` (h,), h ≥ 1: one program per h."""
+    s = lam[:, :, idx, :] + b[idx][:, None]  # (A, n, h, L)
+    W = activation.token_weights(s)  # (A, n, L)
+    target = jax.nn.one_hot(0, W.shape[-1], dtype=W.dtype)  # (L,)
+    per_atom = 0.5 * jnp.sum((W - target) ** 2, axis=-1).mean(-1)  # (A,)
+    return weights @ per_atom  # ()
+
+
 def _risk(lam, weights, b, activation: Activation, heads) -> float:
     """D → ∞ risk of the sub-model made of ``heads`` (a list of indices)."""
     if len(heads) == 0:
         return 0.5  # ŷ = 0
-    idx = jnp.asarray(heads)
-    s = lam[:, :, idx, :] + b[idx][:, None]  # (A, n, h, L)
-    W = activation.token_weights(s)  # (A, n, L)
-    target = jax.nn.one_hot(0, W.shape[-1], dtype=W.dtype)
-    per_atom = 0.5 * jnp.sum((W - target) ** 2, axis=-1).mean(-1)  # (A,)
-    return float(weights @ per_atom)
+    return float(_subset_risk(lam, weights, b, activation, jnp.asarray(heads)))
 
 
 @float64
@@ -67,7 +76,7 @@ def prune_path(
     """
     M, Q, b = (jnp.asarray(x, dtype=jnp.float64) for x in (M, Q, b))
     H = M.shape[0]
-    lam, weights = _all_projections(M, Q, law, base)
+    lam, weights = _all_projections_jit(M, Q, law, base)
     remaining = list(range(H))
     risks = [_risk(lam, weights, b, activation, remaining)]
     removed: list[int] = []
