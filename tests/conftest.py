@@ -1,10 +1,10 @@
 """Test session set-up: tiers, JAX's settings, one compilation cache for every process, and the
 smoke reproduction in a child process.
 
-Tiers (markers, assigned here by file; see README "Tests"):
+Tiers (markers, assigned here by file; see docs/tests.md):
 - ``unit``: in-process numerics (every test file not listed below): ``pytest -m unit``;
 - ``integration``: the command line, docs, sweeps with one worker, reports, the smoke
-  reproduction — files in :data:`INTEGRATION`;
+  reproduction — files in :data:`INTEGRATION`, and the doctests of the Markdown (README, docs/);
 - ``slow``: law tests, Dask clusters, packaging, scaling (marked in their files):
   ``pytest -m slow``. The README's ``pytest`` runs unit + integration; .ci/run runs both commands.
 """
@@ -44,9 +44,10 @@ enable_compilation_cache()
 # change it — tests/test_reference.py checks that in a fresh process).
 jax.config.update("jax_enable_x64", True)
 
-# Files of the integration tier; every other test not marked slow is a unit test.
+# Files of the integration tier (and every Markdown doctest file: the README, docs/*.md); every
+# other test not marked slow is a unit test.
 INTEGRATION = {
-    "README.md", "test_cli.py", "test_cli_polish.py", "test_cli_simulate.py", "test_docs.py",
+    "test_cli.py", "test_cli_polish.py", "test_cli_simulate.py", "test_docs.py",
     "test_experiments.py", "test_hardening.py", "test_hardening_files.py",
     "test_hardening_guards.py", "test_hardening_io.py", "test_interrupts.py", "test_malformed.py",
     "test_packaging.py", "test_paths.py", "test_project_files.py",
@@ -86,7 +87,8 @@ def pytest_configure(config):
 def _tier(item) -> str:
     if item.get_closest_marker("slow"):
         return "slow"
-    return "integration" if Path(str(item.fspath)).name in INTEGRATION else "unit"
+    name = Path(str(item.fspath)).name
+    return "integration" if name in INTEGRATION or name.endswith(".md") else "unit"
 
 
 @pytest.fixture

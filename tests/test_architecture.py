@@ -1,4 +1,4 @@
-"""The layer contract of README "Architecture": core → dynamics → conventions → apps.
+"""The layer contract of docs/architecture.md: core → dynamics → conventions → apps.
 
 `lint-imports` (import-linter, configured in pyproject.toml) enforces that each layer imports only
 layers below it; these tests check that the contract holds, that it really catches an upward
@@ -86,5 +86,5 @@ def test_no_import_cycles():
 
 @pytest.mark.parametrize("path", sorted(SRC.rglob("*.py")), ids=lambda p: str(p.relative_to(SRC)))
 def test_modules_stay_readable(path):
-    """One concern per module: none over 500 lines (README "Architecture")."""
+    """One concern per module: none over 500 lines (docs/architecture.md)."""
     assert len(path.read_text().splitlines()) <= 500

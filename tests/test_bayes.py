@@ -172,7 +172,7 @@ def test_bayes_risk_decreases_with_signal_strength(law, strong, key):
     assert far.mean < 2e-3, far
 
 
-@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
 @pytest.mark.parametrize(
     "law",
     [DISCRETE_LAWS["one_hot_unequal"], Gaussian([1.0, 0.0], var=[1.0, 0.5])],

@@ -114,7 +114,7 @@ def _compare_with_sgd(psi, m, m2):
     return np.array(z_var), z_mean
 
 
-@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
 def test_increment_moments_are_those_of_real_sgd_steps():
     """Mean and covariance of ψ from base samples (with the finite-D Gram matrix) vs 40 000 real
     single exact SGD steps (reduced engine) from one state, at D = 100, where the D → ∞ moments
@@ -147,7 +147,7 @@ def _engine(D, dt, base, T, law=LAW, H=2, L=10, lr=3.0, **kw):
                            base=base, dt=dt, horizon=T, **kw)  # fmt: skip
 
 
-@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
 @pytest.mark.parametrize(
     ("solver", "order"), [pytest.param("euler", 1, marks=pytest.mark.slow), ("heun", 2)]
 )
@@ -189,7 +189,7 @@ def test_same_seed_same_initial_overlaps_as_the_reduced_engine():
         np.testing.assert_allclose(np.asarray(st.Q), np.asarray(Q), rtol=1e-12)
 
 
-@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
 def test_brownian_path_does_not_depend_on_the_grid():
     """One segment 0 → 2 or two segments 0 → 1 → 2 (steps aligned): the same state."""
     with float64_context():
@@ -203,7 +203,7 @@ def test_brownian_path_does_not_depend_on_the_grid():
         np.testing.assert_allclose(np.asarray(a.M), np.asarray(b.M), rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
 @pytest.mark.parametrize("orbit", [1, 2])
 def test_resampled_noise_subtracts_the_sampling_noise_of_the_mean(orbit):
     """With fresh samples at every step, increment_moments(resampled = D·dt) returns the root of
@@ -242,7 +242,7 @@ def _base(key, n, orbit):
     return base.head_cyclic() if orbit > 1 else base
 
 
-@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
 @pytest.mark.parametrize(
     "fresh",
     [

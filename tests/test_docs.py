@@ -1,14 +1,19 @@
-"""The documentation a new user meets first, run or checked so it cannot go stale (issue 13,
-item 12): the README's quick start and first steps, its links, docs/model.md (the SPEC, kept in
-step with ../shared/SPEC.md) and the tutorial notebook docs/tutorial.md.
+"""The documentation, run or checked so it cannot go stale (issues 13 and 29): the README (quick
+start, first steps, links into the site), the site's pages docs/*.md (the text that moved out of
+the README: commands, engines, tests, architecture; every link and anchor, every command and option
+named, the first steps and the `headspec bayes` examples run as written), docs/model.md (the SPEC,
+kept in step with ../shared/SPEC.md), the tutorial notebook docs/tutorial.md, and
+scripts/check_site.py, which .ci/run runs on the site that `mkdocs build --strict` built.
 
-The README's Python examples (```pycon blocks) are doctests that pytest collects from README.md
-itself (``--doctest-glob=README.md`` in pyproject.toml; checked below). The commands here run
-in-process through ``typer.testing.CliRunner``, at the README's own sizes.
+The Python examples (```pycon blocks) of the README and of the site's pages are doctests that
+pytest collects from the Markdown itself (``--doctest-glob=*.md`` and the testpaths in
+pyproject.toml; checked below). The commands here run in-process through
+``typer.testing.CliRunner``, at the pages' own sizes. MkDocs itself is not needed here.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shlex
 import shutil
@@ -23,8 +28,13 @@ from headspec.apps.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-MODEL = ROOT / "docs" / "model.md"
-TUTORIAL = ROOT / "docs" / "tutorial.md"
+DOCS = ROOT / "docs"  # the site's pages (mkdocs.yml: docs_dir)
+MODEL = DOCS / "model.md"
+TUTORIAL = DOCS / "tutorial.md"
+GETTING_STARTED = DOCS / "getting-started.md"
+BAYES = DOCS / "bayes.md"
+CHOICES = DOCS / "modelling-choices.md"
+PAGES = sorted(DOCS.rglob("*.md"))  # every page of the site
 SPEC = ROOT.parent / "shared" / "SPEC.md"  # the project's SPEC, beside the repository
 
 runner = CliRunner()
@@ -162,44 +172,48 @@ def modelling_choices(spec: str) -> list[tuple[str, str]]:
     return out
 
 
-# each SPEC clause marked *modelling choice* → the bold name of its bullet in the README's
-# "Modelling choices" list (a new marked clause in SPEC fails the test below until added here)
+# each SPEC clause marked *modelling choice* → the bold name of its bullet in the list of
+# docs/modelling-choices.md (a new marked clause in SPEC fails the test below until added here)
 CHOICE_BULLETS = {
     "heads are averaged for softmax": "Aggregation of heads",
     "every head has a trainable bias": "Biases",
 }
 
 
-def test_spec_modelling_choices_are_listed_in_the_readme():
-    """Every point SPEC marks *modelling choice* has its bullet in the README's list, citing
-    SPEC's section (with a link into docs/model.md)."""
+def test_spec_modelling_choices_are_listed_in_the_docs():
+    """Every point SPEC marks *modelling choice* has its bullet in docs/modelling-choices.md,
+    citing SPEC's section (with a link into docs/model.md)."""
     choices = modelling_choices(model_body(MODEL.read_text(encoding="utf-8")))
     assert len(choices) >= 2, choices  # the parser found SPEC §3's two choices at least
-    listing = sections(README.read_text(encoding="utf-8"))["Modelling choices"]
+    listing = sections(CHOICES.read_text(encoding="utf-8"))["Modelling choices"]
     bullets = re.findall(r"^- \*\*(.+?)\*\*(.*?)(?=^- |\Z)", listing, re.S | re.M)
     by_name = {name: rest for name, rest in bullets}
     for sec, clause in choices:
         names = [b for start, b in CHOICE_BULLETS.items() if clause.startswith(start)]
-        assert names, f"SPEC §{sec} marks a modelling choice the README does not list: {clause!r}"
+        assert names, f"SPEC §{sec} marks a modelling choice the docs do not list: {clause!r}"
         rest = by_name.get(names[0])
-        assert rest is not None, f"README 'Modelling choices' has no bullet **{names[0]}**"
-        assert f"[§{sec}](docs/model.md#" in rest, f"**{names[0]}** does not cite §{sec}"
+        assert rest is not None, f"{CHOICES.name} has no bullet **{names[0]}**"
+        assert f"[§{sec}](model.md#" in rest, f"**{names[0]}** does not cite §{sec}"
 
 
 # ============================================================================ links
-@pytest.mark.parametrize("doc", [README, MODEL, TUTORIAL], ids=lambda p: p.name)
+@pytest.mark.parametrize("doc", [README, *PAGES], ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_relative_links_resolve_inside_the_repository(doc):
-    """Every relative link of the first-contact docs names a file of this repository (nothing
-    outside it, e.g. ../shared), and every #anchor names a heading of the target."""
+    """Every relative link (and image) of the README names a file of this repository (nothing
+    outside it, e.g. ../shared), every link of a site page a file of the site (docs/: nothing
+    else is built), and every #anchor names a heading of the target (GitHub's anchors, which the
+    site's are too: mkdocs.yml's slugify)."""
     text = FENCE.sub("", doc.read_text(encoding="utf-8"))
     links = re.findall(r"\]\(([^)\s]+)\)", text)
-    assert links
+    if doc in (README, MODEL, TUTORIAL, GETTING_STARTED):
+        assert links
+    home = ROOT if doc == README else DOCS
     for link in links:
         if re.match(r"^[a-z]+:", link):  # http(s), mailto: not ours to check
             continue
         path, _, anchor = link.partition("#")
         target = (doc.parent / path).resolve() if path else doc
-        assert target.is_relative_to(ROOT), f"{doc.name}: {link} points outside the repository"
+        assert target.is_relative_to(home), f"{doc.name}: {link} points outside {home.name}/"
         assert target.exists(), f"{doc.name}: {link}: no such file"
         if anchor and target.suffix == ".md":
             assert anchor in anchors(target.read_text(encoding="utf-8")), (
@@ -208,10 +222,36 @@ def test_relative_links_resolve_inside_the_repository(doc):
 
 
 def test_readme_points_at_the_shipped_docs():
+    """The README fits on two screens (≤ 150 lines) and links into every page of the site (the
+    home page and the changelog page aside: it links CHANGELOG.md itself; of the API reference,
+    its first page, which links the others)."""
     text = README.read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 150, len(text.splitlines())
     assert "](docs/model.md)" in text and "](docs/tutorial.md)" in text
     assert "../shared" not in text
     assert "(in progress)" not in text
+    linked = {m.partition("#")[0] for m in re.findall(r"\]\((docs/[^)\s]+)\)", text)}
+    pages = {p.relative_to(ROOT).as_posix() for p in PAGES}
+    pages = {p for p in pages if not p.startswith("docs/reference/")} | {"docs/reference/index.md"}
+    missing = pages - linked - {"docs/index.md", "docs/changelog.md"}
+    assert not missing, f"the README links no page {sorted(missing)}"
+
+
+def test_every_page_is_in_the_site_navigation():
+    """mkdocs.yml's nav names every page of docs/ and only those (mkdocs --strict refuses a page
+    left out too, but only where MkDocs is installed)."""
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    nav = config[config.index("\nnav:\n") :]
+    named = re.findall(r":\s+(\S+\.md)\s*$", nav, re.M)
+    assert len(named) == len(set(named)), named
+    assert {(DOCS / n).resolve() for n in named} == {p.resolve() for p in PAGES}
+
+
+def test_moved_figure_is_the_studys():
+    """The finite-size figure of docs/engine-diffusion.md is a copy (the site holds only docs/) of
+    what studies/finite_size.py draws: re-copy it after re-running the study."""
+    study = ROOT / "studies" / "out" / "finite_size.png"
+    assert (DOCS / "figures" / "finite_size.png").read_bytes() == study.read_bytes()
 
 
 # ============================================================================ quick start
@@ -219,8 +259,11 @@ def test_quick_start_commands_are_what_ci_and_pytest_run():
     """The two set-up commands (minutes each: a venv, then `reproduce` or the whole suite) are
     checked, not run: command 2 is the line .ci/run runs verbatim, command 1 installs the same
     way and runs a real `headspec` command through the installed entry point; `pytest` there
-    collects the README's doctests."""
+    collects the doctests of the README and the site's pages. Getting started shows the same
+    two commands."""
     (setup,) = blocks(sections(README.read_text(encoding="utf-8"))["Quick start"], "bash")
+    page = sections(GETTING_STARTED.read_text(encoding="utf-8"))["Quick start"]
+    assert blocks(page, "bash") == [setup], "docs/getting-started.md: not the README's commands"
     commands = [ln for ln in setup.splitlines() if ln.strip() and not ln.startswith("#")]
     assert len(commands) == 2, commands
     run_cmd, test_cmd = commands
@@ -234,16 +277,18 @@ def test_quick_start_commands_are_what_ci_and_pytest_run():
     assert project["project"]["scripts"]["headspec"] == "headspec.apps.cli:main"
     assert "test" in project["project"]["optional-dependencies"]
     pytest_cfg = project["tool"]["pytest"]["ini_options"]
-    assert "README.md" in pytest_cfg["testpaths"]
-    assert "--doctest-glob=README.md" in pytest_cfg["addopts"]
+    assert {"README.md", "docs"} <= set(pytest_cfg["testpaths"])
+    assert "--doctest-glob=*.md" in pytest_cfg["addopts"]
     _, path, rest = click_command(shlex.split(run.removeprefix(".venv/bin/")))
     assert path == ["reproduce"] and not rest
 
 
-def test_every_readme_command_and_option_exists():
-    """Each `headspec CMD --opt` of the README (code blocks and inline code) names a real command
-    and real options of it; its `--help` runs and shows them."""
-    lines = command_lines(README.read_text(encoding="utf-8"))
+def test_every_command_and_option_named_exists():
+    """Each `headspec CMD --opt` of the README and of the site's pages (code blocks and inline
+    code) names a real command and real options of it; its `--help` runs and shows them."""
+    found = {doc: command_lines(doc.read_text(encoding="utf-8")) for doc in [README, *PAGES]}
+    assert len(found[README]) >= 5, found[README]
+    lines = [words for doc_lines in found.values() for words in doc_lines]
     assert len(lines) > 20, len(lines)
     helps: dict[str, str] = {}
     for words in lines:
@@ -266,29 +311,31 @@ def _numbers(text: str) -> list[str]:
     return re.findall(r"[+-]?\d+\.\d{5}", text)
 
 
-def test_bayes_examples_print_what_the_readme_shows():
-    """The `headspec bayes` section's console examples, run: the same title, the same risks (all
+def test_bayes_examples_print_what_the_docs_show():
+    """The `headspec bayes` page's console examples, run: the same title, the same risks (all
     printed digits) and, for the refusal, the same one-line error and exit code 2."""
-    (ok, refused) = blocks(sections(README.read_text(encoding="utf-8"))["`headspec bayes`"],
+    (ok, refused) = blocks(sections(BAYES.read_text(encoding="utf-8"))["`headspec bayes`"],
                            "console")  # fmt: skip
     cmd, *shown = ok.splitlines()
     res = runner.invoke(app, shlex.split(cmd.removeprefix("$ "))[1:])
     assert res.exit_code == 0, res.output
     assert shown[0].strip() == res.stdout.splitlines()[0].strip(), res.stdout
-    assert _numbers("\n".join(shown)) == _numbers(res.stdout), f"README is stale:\n{res.stdout}"
+    assert _numbers("\n".join(shown)) == _numbers(res.stdout), f"docs are stale:\n{res.stdout}"
     cmd, message, echo, code = refused.splitlines()
     res = runner.invoke(app, shlex.split(cmd.removeprefix("$ "))[1:])
     assert echo == "$ echo $?" and res.exit_code == int(code), res.output
-    assert res.stderr.strip() == message, f"README is stale: {res.stderr}"
+    assert res.stderr.strip() == message, f"docs are stale: {res.stderr}"
     assert "Traceback" not in res.output
 
 
 def test_first_steps_run_as_written(tmp_path, monkeypatch):
-    """Every command of "First steps on the command line", run as written (from a copy of the
-    repository's experiments/), exits 0 and writes what the README says; the numbers the
-    README quotes hold."""
-    first = sections(README.read_text(encoding="utf-8"))["First steps on the command line"]
+    """Every command of "First steps on the command line" (Getting started, and the same block in
+    the README), run as written (from a copy of the repository's experiments/), exits 0 and
+    writes what the page says; the numbers the README and the page quote hold."""
+    first = sections(GETTING_STARTED.read_text(encoding="utf-8"))["First steps on the command line"]
     (body,) = blocks(first, "bash")
+    readme = sections(README.read_text(encoding="utf-8"))["First steps on the command line"]
+    assert blocks(readme, "bash") == [body], "the README's first steps differ from the site's"
     shutil.copytree(ROOT / "experiments", tmp_path / "experiments")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MPLBACKEND", "Agg")
@@ -304,7 +351,7 @@ def test_first_steps_run_as_written(tmp_path, monkeypatch):
     for f in ("sim.nc", "theory.nc", "sim_risk.png", "sim_overlaps.png",
               "sim_vs_theory_risk.png", "sim_prune.png"):  # fmt: skip
         assert (tmp_path / f).stat().st_size > 0, f
-    # "bayes prints R_B ≈ 0.101", "ends … at risk ≈ 0.20", "within a few per cent"
+    # "bayes prints R_B ≈ 0.101", "ends … at risk ≈ 0.20", "within a few per cent" (both pages)
     # the row's first number: at 80 columns "(R_B)" wraps onto the row's second line
     (r_b,) = re.findall(r"Bayes posterior\D*?(\d\.\d+)", outputs["bayes"])
     assert round(float(r_b), 3) == 0.101
@@ -351,3 +398,72 @@ def test_tutorial_runs(tmp_path, monkeypatch):
         assert (tmp_path / f).stat().st_size > 0, f
     assert ns["pruned"]["n_heads"] == [4, 3, 2, 1, 0]
     assert ns["dev"]["risk"]["max_dev"] < 0.1
+
+
+# ============================================================================ Markdown doctests
+def test_every_python_example_of_the_docs_runs_as_a_doctest():
+    """Every Markdown file with a ```pycon example (the README, docs/*.md) lies where pytest
+    collects it as a doctest file (testpaths, --doctest-glob=*.md); the README's Python first
+    steps are the beginning of Getting started's, which continues them."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    cfg = project["tool"]["pytest"]["ini_options"]
+    globs = re.findall(r"--doctest-glob=(\S+)", cfg["addopts"])
+    roots = [(ROOT / p).resolve() for p in cfg["testpaths"]]
+    with_examples = [d for d in [README, *PAGES] if blocks(d.read_text(encoding="utf-8"), "pycon")]
+    assert {README, GETTING_STARTED, DOCS / "python-api.md"} <= set(with_examples)
+    for doc in with_examples:
+        assert any(doc == r or doc.is_relative_to(r) for r in roots), f"{doc}: not in testpaths"
+        assert any(Path(doc.name).match(g) for g in globs), f"{doc.name}: no --doctest-glob"
+    readme = sections(README.read_text(encoding="utf-8"))["First steps in Python"]
+    (short,) = blocks(readme, "pycon")
+    page = sections(GETTING_STARTED.read_text(encoding="utf-8"))["First steps in Python"]
+    (full,) = blocks(page, "pycon")
+    rest = iter(full.splitlines())  # the README's lines, in order, among the page's
+    assert all(line in rest for line in short.splitlines() if line.strip()), (
+        "the README's Python first steps are not the beginning of Getting started's"
+    )
+
+
+# ============================================================================ the site checker
+def _check_site_module():
+    spec = importlib.util.spec_from_file_location("check_site", ROOT / "scripts" / "check_site.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_site_checker_finds_missing_images_and_dead_links(tmp_path, capsys):
+    """scripts/check_site.py (run by .ci/run on the built site) on a small site: what resolves
+    passes, and each missing image, missing page and missing anchor is one line."""
+    check = _check_site_module()
+    site = tmp_path / "site"
+    (site / "sub").mkdir(parents=True)
+    (site / "figure.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    (site / "empty.png").write_bytes(b"")
+    (site / "sub" / "index.html").write_text('<h1 id="top">sub</h1><a name="old">x</a>')
+    (site / "index.html").write_text(
+        '<h1 id="home">home</h1>'
+        '<img src="figure.png"><a href="sub/#top">ok</a><a href="sub/index.html#old">ok</a>'
+        '<a href="#home">ok</a><a href="/sub/">ok</a><a href="https://example.org/x">external</a>'
+        '<img src="data:image/png;base64,AAAA"><img src="missing.png"><img src="empty.png">'
+        '<a href="nowhere.html">dead</a><a href="sub/index.html#gone">dead</a>'
+        '<a href="#nothing">dead</a><picture><source srcset="gone.webp 1x, figure.png 2x">'
+        "</picture>"
+    )
+    problems = check.check_site(site)
+    assert problems == [
+        "index.html: image missing.png: no such file in the site",
+        "index.html: image empty.png: the file is empty",
+        "index.html: image gone.webp: no such file in the site",
+        "index.html: link nowhere.html: no such file in the site",
+        "index.html: link sub/index.html#gone: no anchor #gone in that page",
+        "index.html: link #nothing: no anchor #nothing in that page",
+    ], problems
+    assert check.main([str(site)]) == 1
+    assert "6 problem(s)" in capsys.readouterr().err
+    for bad in ("missing.png", "empty.png", "nowhere.html", "#gone", "#nothing", "gone.webp"):
+        text = (site / "index.html").read_text()
+        (site / "index.html").write_text(re.sub(rf"<[^<]*{re.escape(bad)}[^>]*>", "", text))
+    assert check.check_site(site) == []
+    assert check.main([str(site)]) == 0
+    assert check.check_site(tmp_path / "empty") != []  # no pages: not a built site

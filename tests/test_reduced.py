@@ -73,7 +73,7 @@ def _run(engine, activation, D, T, seeds, seed=0, law=LAW, extra=()):
 _SLOW = pytest.mark.slow
 
 
-@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
 @pytest.mark.parametrize(
     "activation",
     ["softmax", pytest.param("softmax1", marks=_SLOW), pytest.param("bayes_softmax", marks=_SLOW)],
@@ -89,7 +89,7 @@ def test_reduced_engine_has_the_law_of_the_full_engine(activation):
     assert full["risk"].mean() < 0.36
 
 
-@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
 def test_reduced_engine_with_batches_and_a_gaussian_law():
     """B = 2 sequences per step, a correlated Gaussian latent law, float64, 300 seeds each."""
     law = 'task.latent={kind="gaussian", mean=[1.0, 0.5], cov=[[1.0, 0.3], [0.3, 0.5]]}'
@@ -149,7 +149,7 @@ def test_reduced_engine_is_refused_when_d_is_too_small():
         load_config(SimulateConfig, overrides=['train.engine="reduced"', "task.D=12"])
 
 
-@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
 def test_bartlett_factor_has_the_wishart_law():
     dof, n, S = 9, 4, 20_000
     keys = jax.random.split(jax.random.key(3), S)

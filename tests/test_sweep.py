@@ -250,7 +250,7 @@ def sim_sweep(client, tmp_path_factory):
     return sw, report
 
 
-@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
 def test_sweep_on_local_cluster_equals_point_by_point_runs(sim_sweep):
     sw, report = sim_sweep
     assert (report.total, report.skipped, report.done, report.failed) == (8, 0, 8, [])
@@ -302,7 +302,7 @@ def test_plot_sweep_draws_one_line_per_other_axis_value(sim_sweep):
     assert len(ax.containers) == 2  # two error-bar lines: H = 2 and H = 3
 
 
-@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
 def test_theory_sweep_on_a_scheduler_address_equals_point_by_point_runs(client, tmp_path):
     spec = _spec(tmp_path / "out", kind="theory", config=THEORY, axes={"train.lr": [0.5, 1.0]},
                  seeds=2)  # fmt: skip
@@ -539,7 +539,7 @@ train = { T = 2.0 }
 """
 
 
-@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
 def test_reproduce_on_a_scheduler_resumes_without_recomputing(client, tmp_path, monkeypatch):
     """`reproduce --scale full --scheduler ADDRESS` at smoke size: the runs of a recipe go to the
     scheduler's workers (results equal to runs in this process), and after an interruption the

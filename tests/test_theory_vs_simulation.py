@@ -57,7 +57,7 @@ def _check(sim, th, until, tol_risk=0.03, tol_overlap=0.05):
     return dev
 
 
-@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
 @pytest.mark.parametrize(
     "activation",
     ["softmax", pytest.param("softmax1", marks=pytest.mark.slow)],  # time budget

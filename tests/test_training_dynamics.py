@@ -14,7 +14,7 @@ def _cfg(*overrides):
     return load_config(SimulateConfig, overrides=["record.n_test=0", *overrides])
 
 
-@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
 def test_single_softmax_head_reaches_bayes_risk_on_a_spike():
     """Spike a = 2 (F = 1), L = 10, H = 1 softmax, D = 200, η = 0.5, T = 100, 4 seeds.
 
@@ -72,7 +72,7 @@ def two_phase_run():
     return simulate(cfg)
 
 
-@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
 def test_heads_first_move_together_toward_the_mean_direction(two_phase_run):
     ds = two_phase_run
     mean_dir = np.array([0.7, 0.3]) / np.linalg.norm([0.7, 0.3])
@@ -88,7 +88,7 @@ def test_heads_first_move_together_toward_the_mean_direction(two_phase_run):
     assert together.any(), (sim.round(2), along_mean.round(2))
 
 
-@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (README "Tests")
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
 def test_heads_then_separate(two_phase_run):
     ds = two_phase_run
     sim = _pairwise_similarity(ds)

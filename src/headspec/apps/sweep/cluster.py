@@ -26,7 +26,7 @@ PRELOAD = "headspec.apps.sweep.worker"  # its dask_setup: a local worker ignores
 # maps pages all the time: a jitted reduced-engine kernel ran 4–5× slower in such a worker than
 # in a plain process, and a quick reproduction spent a quarter of its CPU time in the kernel.
 # The local cluster leaves glibc's own (adaptive) threshold; workers of a remote scheduler are
-# configured there (README: "Sweeps on a cluster").
+# configured there (docs/sweep.md, "Execution").
 NO_MALLOC_TRIM = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 CONNECT_TIMEOUT = 10.0  # at most this many seconds to reach a scheduler and hear it answer
 _HOST_PORT_SCHEMES = ("tcp", "tls", "ws", "wss")
