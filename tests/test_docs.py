@@ -2,7 +2,8 @@
 start, first steps, links into the site), the site's pages docs/*.md (the text that moved out of
 the README: commands, engines, tests, architecture; every link and anchor, every command and option
 named, the first steps and the `headspec bayes` examples run as written), docs/model.md (the SPEC,
-kept in step with ../shared/SPEC.md), the tutorial notebook docs/tutorial.md, and
+kept in step with ../shared/SPEC.md), the tutorial notebook docs/tutorial.md (run, and showing
+the figures it saves, which scripts/render_tutorial.py copies into docs/figures/tutorial/), and
 scripts/check_site.py, which .ci/run runs on the site that `mkdocs build --strict` built.
 
 The Python examples (```pycon blocks) of the README and of the site's pages are doctests that
@@ -132,6 +133,14 @@ def option_names(cmd) -> set[str]:
         if p.param_type_name == "option"
         for o in (*p.opts, *p.secondary_opts)
     }
+
+
+def _script(name: str):
+    """A module of scripts/ (not a package), imported from its file."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # ============================================================================ docs/model.md
@@ -363,8 +372,23 @@ def test_first_steps_run_as_written(tmp_path, monkeypatch):
 
 
 # ============================================================================ the tutorial
+render_tutorial = _script("render_tutorial")  # the cells, as scripts/render_tutorial.py runs them
+TUTORIAL_FIGURES = DOCS / "figures" / "tutorial"  # what it copies the cells' figures into
+IMAGE = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
+
+
 def tutorial_cells() -> list[str]:
-    return blocks(TUTORIAL.read_text(encoding="utf-8"), "python")
+    return render_tutorial.code_cells(TUTORIAL.read_text(encoding="utf-8"))
+
+
+def tutorial_embedded_figures() -> list[str]:
+    """The names of the figures the tutorial page embeds from figures/tutorial/ (outside code)."""
+    text = FENCE.sub("", TUTORIAL.read_text(encoding="utf-8"))
+    return [
+        link.removeprefix("figures/tutorial/")
+        for link in IMAGE.findall(text)
+        if link.startswith("figures/tutorial/")
+    ]
 
 
 def test_tutorial_is_a_jupytext_notebook():
@@ -385,19 +409,56 @@ def test_tutorial_is_a_jupytext_notebook():
 
 def test_tutorial_runs(tmp_path, monkeypatch):
     """The tutorial's code cells, run in order in one namespace in a fresh folder: bayes →
-    simulate → theory → compare → prune, every figure written."""
+    simulate → theory → compare → prune, every figure written, and those the page embeds only."""
     import matplotlib
 
     matplotlib.use("Agg")
     monkeypatch.chdir(tmp_path)
-    ns: dict = {"__name__": "__main__"}
-    for i, cell in enumerate(tutorial_cells()):
-        exec(compile(cell, f"docs/tutorial.md, cell {i}", "exec"), ns)
+    ns = render_tutorial.run_cells(tutorial_cells())
     for f in ("sim_risk.png", "sim_overlaps.png", "sim_vs_theory_risk.png",
               "sim_vs_theory_overlaps.png", "sim_prune.png"):  # fmt: skip
         assert (tmp_path / f).stat().st_size > 0, f
+    written = {p.name for p in tmp_path.glob("*.png")}
+    assert written == set(tutorial_embedded_figures()), "the page shows other figures than it makes"
     assert ns["pruned"]["n_heads"] == [4, 3, 2, 1, 0]
     assert ns["dev"]["risk"]["max_dev"] < 0.1
+
+
+def test_tutorial_shows_every_figure_it_saves():
+    """Each figure a code cell of the tutorial saves (`fig.savefig("NAME.png")`) is embedded as
+    `![…](figures/tutorial/NAME.png)` in the Markdown right after that cell (before the next code
+    cell or heading), and no other figure of figures/tutorial/ is; each is a PNG under 150 kB in
+    docs/figures/tutorial/, which holds these only. Text only: scripts/render_tutorial.py re-runs
+    the notebook and re-copies the figures."""
+    text = TUTORIAL.read_text(encoding="utf-8")
+    fences = list(FENCE.finditer(text))
+    saved, shown_after = [], []
+    for k, m in enumerate(fences):
+        if m.group(1) != "python":
+            continue
+        names = render_tutorial.saved_figures(m.group(2))
+        gap = text[m.end() : fences[k + 1].start() if k + 1 < len(fences) else len(text)]
+        gap = re.split(r"^#{1,6} ", gap, maxsplit=1, flags=re.M)[0]  # up to the next heading
+        after = [
+            link.removeprefix("figures/tutorial/")
+            for link in IMAGE.findall(gap)
+            if link.startswith("figures/tutorial/")
+        ]
+        assert after == names, f"the cell saving {names} is followed by the images {after}"
+        saved += names
+        shown_after += after
+    assert len(saved) >= 5 and len(set(saved)) == len(saved), saved
+    assert sorted(tutorial_embedded_figures()) == sorted(shown_after), (
+        "the tutorial embeds a figure of figures/tutorial/ away from the cell that saves it"
+    )
+    for name in saved:
+        png = TUTORIAL_FIGURES / name
+        assert png.is_file(), f"{png.relative_to(ROOT)}: run python scripts/render_tutorial.py"
+        data = png.read_bytes()
+        assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) < 150_000, (name, len(data))
+    assert {p.name for p in TUTORIAL_FIGURES.iterdir()} == set(saved), (
+        "docs/figures/tutorial/ holds figures the tutorial no longer saves"
+    )
 
 
 # ============================================================================ Markdown doctests
@@ -426,10 +487,7 @@ def test_every_python_example_of_the_docs_runs_as_a_doctest():
 
 # ============================================================================ the site checker
 def _check_site_module():
-    spec = importlib.util.spec_from_file_location("check_site", ROOT / "scripts" / "check_site.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return _script("check_site")
 
 
 def test_site_checker_finds_missing_images_and_dead_links(tmp_path, capsys):
