@@ -10,6 +10,12 @@ Tiers (markers, assigned here by file; see docs/tests.md):
 """
 
 import os
+
+# As the command line does (headspec/apps/cli/__init__.py), before equinox is imported: failed
+# runtime checks inside compiled programs give NaN instead of a host callback, so every program
+# can be written to the persistent compilation cache (the diffusion engine's step was not).
+os.environ.setdefault("EQX_ON_ERROR", "nan")
+
 import shutil
 import tempfile
 from pathlib import Path

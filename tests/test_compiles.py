@@ -67,3 +67,60 @@ def test_release_if_crowded_only_under_pressure():
     if limit:
         assert 0 < n < limit
     assert release_if_crowded(fraction=1.0) is False
+
+
+def _has_host_callback(lowered) -> bool:
+    """Whether a lowered program calls back into Python (JAX never writes such a program to its
+    persistent compilation cache)."""
+    return "callback" in lowered.as_text()
+
+
+def test_the_diffusion_step_has_no_host_callback_so_it_can_be_cached():
+    """Under EQX_ON_ERROR=nan (set by the command line and by conftest, as here) the diffusion
+    engine's step program holds no host callback: diffrax's runtime checks (dt0's sign, the
+    Brownian tree's range) were pure callbacks under equinox's default "raise", so the step
+    (27 s to compile at -O0) was compiled again by every process. The detector itself finds a
+    callback where there is one (the control)."""
+    import os
+
+    from headspec.core.attention import Softmax
+    from headspec.core.latent import Discrete
+    from headspec.core.observables import BaseSamples
+    from headspec.core.precision import float64_context
+    from headspec.core.schedules import Constant
+    from headspec.dynamics.engines import seed_keys
+    from headspec.dynamics.engines.diffusion import DiffusionEngine
+    from headspec.dynamics.noise import gram_rest
+
+    assert os.environ.get("EQX_ON_ERROR") == "nan"
+    control = jax.jit(lambda x: jax.pure_callback(np.sin, x, x)).lower(jnp.ones(2))
+    assert _has_host_callback(control)
+
+    law = Discrete(atoms=[[2.0, 0.0], [0.0, 2.0]], probs=[0.6, 0.4])
+    L, H, N, D = 4, 2, 16, 100
+    eng = DiffusionEngine(law=law, activation=Softmax(), L=L, D=D, H=H, B=1,
+                          lr=jnp.asarray(1.0), lr_b=jnp.asarray(1.0), schedule=Constant(),
+                          base=BaseSamples.draw(jax.random.key(1), law, L=L, H=H, n=N),
+                          gram=gram_rest(jax.random.key(2), N, L, D, law.F + H), dt=0.1,
+                          horizon=0.5)  # fmt: skip
+    keys = seed_keys([0])
+    with float64_context():
+        state = eng.init(keys, sigma0=0.1, b0=0.0, dtype=jnp.float64)
+        step = DiffusionEngine.advance.__wrapped__  # the jitted step inside the float64 wrapper
+        lowered = step.lower(eng, state, keys["train"], jnp.int64(0), jnp.int64(50))
+    assert not _has_host_callback(lowered)
+
+
+def test_the_command_line_sets_eqx_on_error_before_equinox_reads_it():
+    """A fresh process that imports the command line gets equinox's "nan" mode (equinox reads
+    EQX_ON_ERROR once, when first imported); a value of the user's own is kept."""
+    import os
+    import subprocess
+    import sys
+
+    code = "import headspec.apps.cli, equinox._config as c; print(c.EQX_ON_ERROR)"
+    env = {k: v for k, v in os.environ.items() if k != "EQX_ON_ERROR"}
+    run = lambda e: subprocess.run([sys.executable, "-c", code], env=e, capture_output=True,  # noqa: E731
+                                   text=True, check=True).stdout.strip()  # fmt: skip
+    assert run(env) == "nan"
+    assert run({**env, "EQX_ON_ERROR": "raise"}) == "raise"

@@ -12,8 +12,18 @@ when imported here: ``run`` (bayes, simulate, theory), ``analyse`` (compare, pru
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated
+
+# Before equinox is first imported (it reads the variable once): in headspec's own processes a
+# failed runtime check inside a compiled program (equinox's `error_if`, used by diffrax, e.g.
+# "VirtualBrownianTree evaluated outside its range") returns NaN — which the engines already
+# mark as a failed seed, with its check — instead of raising through a host callback. JAX never
+# writes a program with a host callback to its persistent compilation cache, so with "raise" the
+# diffusion engine's step program (27 s to compile at -O0) was compiled again by every command.
+# A value of your own for EQX_ON_ERROR is kept. The Python API leaves it to the caller.
+os.environ.setdefault("EQX_ON_ERROR", "nan")
 
 import typer
 
