@@ -10,7 +10,10 @@ each verdict's tolerance is a multiple of a standard error (Monte Carlo and seed
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
+from pydantic import Field
 
 from headspec.apps.experiments.annealed import (
     eta_end,
@@ -25,6 +28,8 @@ from headspec.apps.experiments.annealed import (
 )
 from headspec.apps.experiments.base import Context, Run
 from headspec.apps.experiments.claims import Claim, Tolerance
+from headspec.apps.experiments.params import Count, Positive, RecipeParams
+from headspec.apps.experiments.registry import recipe
 
 
 def _beyond(cid: str, x: dict, hi: str, lo: str, measure: str, why: str) -> tuple[Claim, ...]:
@@ -46,18 +51,35 @@ def _end_slope(ds) -> float:
     return float(np.log(r[-1] / r[k]) / np.log(t[-1] / t[k]))
 
 
+Activation = Literal["softmax", "softmax1", "bayes_softmax"]
+
+
+class Params(RecipeParams):
+    """E3's parameters (``[experiment]`` of ``e3_activations.toml``)."""
+
+    activations: list[Activation] = Field(min_length=1, description="the activations compared")
+    laws: list[dict] = Field(min_length=1, description="latent laws (task.latent tables)")
+    seeds: Count = Field(description="seeds per run")
+    excess_samples: Count = Field(description="common samples of the paired excess over R_B")
+    anneal_t0: Positive = Field(description="t0 of the annealed η(t) = η/(1 + t/t0)^power")
+    anneal_power: Positive = Field(1.0, description="power of the annealed schedule")
+    anneal_T: Positive = Field(description="horizon of the annealed runs")
+    aim: Positive = Field(description="reaches R_B: a relative excess within this")
+
+
+@recipe("E3", "e3_activations.toml", Params)
 def run(ctx: Context):
     """Final risks of the three activations against R_B (simulation beside the ODE), on each
     latent law of the recipe; Bayes-softmax also with an annealed η."""
     from matplotlib.figure import Figure
 
     p = ctx.params
-    laws = p["laws"]
-    seeds, D, lr = int(p["seeds"]), int(ctx.config["task"]["D"]), float(ctx.config["train"]["lr"])
+    laws = p.laws
+    seeds, D, lr = int(p.seeds), int(ctx.config["task"]["D"]), float(ctx.config["train"]["lr"])
     H = int(ctx.config["model"]["H"])
-    t0, power, Ta = float(p["anneal_t0"]), float(p.get("anneal_power", 1.0)), float(p["anneal_T"])
-    n = int(p["excess_samples"])
-    acts = list(p["activations"])
+    t0, power, Ta = float(p.anneal_t0), float(p.anneal_power), float(p.anneal_T)
+    n = int(p.excess_samples)
+    acts = list(p.activations)
     fig = Figure(figsize=(6.2 * len(laws), 4.4), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(laws)))
     gaps, shares = {}, {}
@@ -125,7 +147,7 @@ def run(ctx: Context):
         lim, lim_o = (eta_limit(an[i], n, eta_of) for i in (0, 1))
         reach_claims(ctx, f"E3.{kind}", f"[{kind}] ", xa["sim"], xa["ode"], lim, lim_o,
                      x["bayes_softmax"]["sim"], x["bayes_softmax"]["ode"], D,
-                     eta_end(lr, t0, power, Ta), float(p["aim"]))  # fmt: skip
+                     eta_end(lr, t0, power, Ta), float(p.aim))  # fmt: skip
         ctx.claim(Claim(
             f"E3.{kind}.ode_beside",
             f"[{kind}] ODE beside the simulation (D = {D})",

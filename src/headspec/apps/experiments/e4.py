@@ -15,6 +15,7 @@ helpers shared with E3 are in ``annealed``).
 from __future__ import annotations
 
 import numpy as np
+from pydantic import Field
 
 from headspec.apps.experiments.annealed import (
     eta_end,
@@ -29,9 +30,26 @@ from headspec.apps.experiments.annealed import (
 )
 from headspec.apps.experiments.base import Context, Run, _fmt
 from headspec.apps.experiments.claims import Claim, Tolerance
+from headspec.apps.experiments.params import Cosine, Count, Positive, RecipeParams
+from headspec.apps.experiments.registry import recipe
 from headspec.conventions.config import TheoryConfig
 
 
+class Params(RecipeParams):
+    """E4's parameters (``[experiment]`` of ``e4_bayes_softmax.toml``)."""
+
+    samples: Count = Field(description="common samples of the constructed-vs-posterior check")
+    excess_samples: Count = Field(description="common samples of the paired excess over R_B")
+    seeds: Count = Field(description="seeds per run")
+    anneal_t0: Positive = Field(description="t0 of the annealed η(t) = η/(1 + t/t0)^power")
+    anneal_power: Positive = Field(1.0, description="power of the annealed schedule")
+    anneal_T: Positive = Field(description="horizon of the annealed runs")
+    contrast_lr: Positive = Field(description="a second constant η (theory only)")
+    aim: Positive = Field(description="reaches R_B: a relative excess within this")
+    pm_cos: Cosine = Field(description="± directions: matched cosine at least this")
+
+
+@recipe("E4", "e4_bayes_softmax.toml", Params)
 def run(ctx: Context):
     """Constructed Bayes-softmax vs the posterior; trained Bayes-softmax (annealed and constant η,
     simulation beside the ODE) vs R_B; ± directions of the trained heads."""
@@ -44,7 +62,7 @@ def run(ctx: Context):
     p = ctx.params
     cfg = ctx.cfg(TheoryConfig, "constructed", "seeds=1")
     law = cfg.task.latent.build()
-    n_c = int(p["samples"])
+    n_c = int(p.samples)
     est, samples = estimate_risks(
         jax.random.key(0), law, cfg.task.L,
         {"bayes": Posterior(law), "constructed": constructed_bayes_softmax(law)},
@@ -65,16 +83,16 @@ def run(ctx: Context):
         f"of the risk difference is {se_d:.1e}, against R_B's own s.e. {est['bayes'].se:.1e}",
     ))  # fmt: skip
 
-    seeds, D, lr = int(p["seeds"]), int(ctx.config["task"]["D"]), float(ctx.config["train"]["lr"])
-    t0, power, Ta = float(p["anneal_t0"]), float(p.get("anneal_power", 1.0)), float(p["anneal_T"])
+    seeds, D, lr = int(p.seeds), int(ctx.config["task"]["D"]), float(ctx.config["train"]["lr"])
+    t0, power, Ta = float(p.anneal_t0), float(p.anneal_power), float(p.anneal_T)
     const = Run("const", "simulate", (f"seeds={seeds}",))
     anneal = Run("anneal", "simulate", (f"seeds={seeds}", f"train.T={Ta}",
                                         schedule_override(t0, power)))  # fmt: skip
     pairs = ctx.paired([const, anneal])
-    lr2 = float(p["contrast_lr"])
+    lr2 = float(p.contrast_lr)
     c2 = ctx.theory_of(const, f"train.lr={lr2}")
     ode_lr2 = ctx.runs([Run("const_lr2_ode", "theory", c2.overrides, c2.extra)])["const_lr2_ode"]
-    n = int(p["excess_samples"])
+    n = int(p.excess_samples)
     ex = {k: final_excess(v[0], n) for k, v in pairs.items()}
     exo = {k: final_excess(v[1], n) for k, v in pairs.items()}
     ex_lr2 = final_excess(ode_lr2, n)
@@ -82,7 +100,7 @@ def run(ctx: Context):
     eta_of = lambda t: eta_end(lr, t0, power, t)  # noqa: E731
     lims = {k: eta_limit(pairs["anneal"][i], n, eta_of) for i, k in enumerate(("sim", "ode"))}
     reach_claims(ctx, "E4", "", ex["anneal"], exo["anneal"], lims["sim"], lims["ode"], ex["const"],
-                 exo["const"], D, eta_T, float(p["aim"]))  # fmt: skip
+                 exo["const"], D, eta_T, float(p.aim))  # fmt: skip
 
     # the O(η) excess shrinks with η (theory, same initial states)
     x1, x2 = exo["const"]["mean"], ex_lr2["mean"]
@@ -105,7 +123,7 @@ def run(ctx: Context):
 
     # ± directions: Hungarian match of the final heads to the atoms ±a
     atoms = np.asarray(law.atoms, dtype=float)
-    thr = float(p["pm_cos"])
+    thr = float(p.pm_cos)
     rows = []
     for kind, ds in (("simulation", pairs["anneal"][0]), ("ODE", pairs["anneal"][1])):
         last = ds.isel(t=-1)

@@ -17,10 +17,15 @@ increases (R(kept)/R(H) − 1) are reported beside them.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
+from pydantic import Field
 
 from headspec.apps.experiments.base import Context, Run
 from headspec.apps.experiments.claims import Claim, Tolerance
+from headspec.apps.experiments.params import Count, RecipeParams
+from headspec.apps.experiments.registry import recipe
 from headspec.core.stats import mean_se
 
 
@@ -93,6 +98,20 @@ def _atom_scale(ds, n: int) -> tuple[float, dict]:
     return float(r[1] - r[0]), path
 
 
+class Params(RecipeParams):
+    """E5's parameters (``[experiment]`` of ``e5_pruning.toml``)."""
+
+    activations: list[Literal["softmax", "softmax1", "bayes_softmax"]] = Field(
+        min_length=1, description="the activations pruned"
+    )
+    keep_fraction: float = Field(ge=0, description="keeps its risk: increase ≤ this × ΔR_atom")
+    sharp_fraction: float = Field(ge=0, description="degrades sharply: ≥ this × ΔR_atom")
+    random_orders: int = Field(ge=0, description="random pruning orders (keys 1000 + k)")
+    n: Count = Field(description="base samples of the pruning risks (as headspec prune)")
+    seeds: Count = Field(description="seeds per run")
+
+
+@recipe("E5", "e5_pruning.toml", Params)
 def run(ctx: Context):
     """Greedy and random pruning paths of every trained seed (simulation and ODE) per activation."""
     from matplotlib.figure import Figure
@@ -100,9 +119,9 @@ def run(ctx: Context):
     from headspec.conventions.runs import config_model, law_of
 
     p = ctx.params
-    acts = list(p["activations"])
-    seeds, D = int(p["seeds"]), int(ctx.config["task"]["D"])
-    n, orders = int(p["n"]), int(p["random_orders"])
+    acts = list(p.activations)
+    seeds, D = int(p.seeds), int(ctx.config["task"]["D"])
+    n, orders = int(p.n), int(p.random_orders)
     pairs = ctx.paired(
         [Run(a, "simulate", (f"seeds={seeds}", f'model.activation="{a}"')) for a in acts]
     )
@@ -111,7 +130,7 @@ def run(ctx: Context):
     law = law_of(first)
     H, J = cfg.model.H, int(law.J)
     d_atom, c_path = _atom_scale(first, n)
-    keep0, sharp0 = float(p["keep_fraction"]), float(p["sharp_fraction"])
+    keep0, sharp0 = float(p.keep_fraction), float(p.sharp_fraction)
     rb = float(first.attrs["bayes_risk"])
     fig = Figure(figsize=(5.0 * len(acts), 4.2), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(acts), sharey=True))
