@@ -8,34 +8,36 @@ near prepared uneven splits (3:1, 4:0; a simulation cannot start from a given st
 and Bayes-softmax are contrasts (ODE only, from the perturbed random start of the same D).
 
 A head's direction and the split of the heads are read by
-:mod:`headspec.apps.experiments.arrangement`. The uneven split right after specialisation, at the
-end, each move (time, risk bump), end risks by arrangement, and the fixed-point classification
-(Jacobian of the ODE's drift at the uneven state: minimum or saddle) are reported.
+:mod:`headspec.dynamics.splits` (labels, split names, the stable/saddle/marginal rule) and
+:mod:`headspec.apps.experiments.arrangement` (histories of splits). The uneven split right after
+specialisation, at the end, each move (time, risk bump), end risks by arrangement, and the
+fixed-point classification (Jacobian of the ODE's drift at the uneven state: minimum or saddle)
+are reported.
 """
 
 from __future__ import annotations
 
+from typing import Annotated, Literal
+
 import numpy as np
+from pydantic import Field
 
 from headspec.apps.experiments.arrangement import (
-    UNDECIDED,
     classify,
-    counts,
-    head_labels,
     histories,
-    is_even,
-    is_uneven,
     mat_text,
     moves_text,
     prepared_state,
     risks_text,
-    split_name,
     summary,
 )
 from headspec.apps.experiments.base import Context, Run, _fmt, _mean_se
 from headspec.apps.experiments.claims import Claim, Tolerance
+from headspec.apps.experiments.params import Cosine, Count, Positive, RecipeParams
+from headspec.apps.experiments.registry import recipe
 from headspec.conventions.runs import config_model
 from headspec.dynamics import analysis
+from headspec.dynamics.splits import UNDECIDED, counts, head_labels, is_even, is_uneven, split_name
 
 LAWS = {
     "spike": ('task.latent={kind="flipped_spike", a=[%s]}', lambda a: np.array([[a], [-a]])),
@@ -47,53 +49,87 @@ LAWS = {
 LAW_NAMES = {"spike": "flipped spike ±a", "orth": "two orthogonal features"}
 
 
+Law = Literal["spike", "orth"]
+Split = tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]
+
+
+class Params(RecipeParams):
+    """E6's parameters (``[experiment]`` of ``e6_rearrangement.toml``)."""
+
+    a: Positive = Field(description="the atoms' size (flipped spike ±a; orthogonal a·e1, a·e2)")
+    laws: list[Law] = Field(min_length=1, description="the laws: spike, orth")
+    seeds: Count = Field(description="simulation seeds per law (softmax)")
+    contrasts: list[Literal["softmax1", "bayes_softmax"]] = Field(
+        description="contrast activations (ODE only)"
+    )
+    contrast_seeds: int = Field(ge=0, description="ODE seeds per contrast and law (0: none)")
+    contrast_head_cyclic: Literal["auto"] | bool = Field(
+        description="theory.head_cyclic of the contrast runs"
+    )
+    contrast_prepared: list[Split] = Field(description="prepared starts of the contrasts")
+    ode_seeds: int | None = Field(None, ge=1, description="the ODE beside the first seeds")
+    prepared: list[Split] = Field(description="heads on atom 1 and 2 at the prepared starts")
+    prep_scale: Positive = Field(description="prepared M rows = prep_scale·atom (+ noise)")
+    prep_eps: float = Field(ge=0, description="the prepared starts' noise")
+    T_prepared: Positive = Field(description="horizon of the prepared runs")
+    classify: list[str] = Field(description="prepared starts ('3:1') classified by the Jacobian")
+    jacobian_n: Count = Field(description="Sobol base samples of the polish and Jacobian")
+    group_cos: Cosine = Field(description="heads with this cosine are one group in the polish")
+    min_cos: Cosine = Field(description="a head sits on an atom at this cosine …")
+    margin: float = Field(ge=0, description="… beating the other atom's by this")
+    idle_q: float = Field(ge=0, description="… with Q_hh at least this (else idle)")
+    persist: Count = Field(description="a split counts when it lasts this many grid points")
+    T: dict[Law, Positive] = Field(description="horizon per law")
+
+
+@recipe("E6", "e6_rearrangement.toml", Params)
 def run(ctx: Context):
     """Splits of H heads between two directions after specialisation and at the end."""
     p = ctx.params
-    a = p["a"]
+    a = p.a
     law_over = {k: fmt % ((a,) if k == "spike" else (a, a)) for k, (fmt, _) in LAWS.items()}
     atoms = {k: f(a) for k, (_, f) in LAWS.items()}
-    laws = list(p["laws"])
-    T_of = {k: p["T"][k] for k in laws}
+    laws = list(p.laws)
+    T_of = {k: p.T[k] for k in laws}
 
     # ---- softmax: simulations from the natural start, ODE from each seed's initial state
-    sims = [Run(f"softmax_{k}", "simulate", (law_over[k], f"seeds={p['seeds']}",
+    sims = [Run(f"softmax_{k}", "simulate", (law_over[k], f"seeds={p.seeds}",
                                                f"train.T={T_of[k]}"))
             for k in laws]  # fmt: skip
-    ode_seeds = p.get("ode_seeds")  # the ODE beside the first ode_seeds simulation seeds
+    ode_seeds = p.ode_seeds  # the ODE beside the first ode_seeds simulation seeds
     pick = () if ode_seeds is None else (f"theory.init.seeds={list(range(ode_seeds))}",)
     paired = ctx.paired(sims, theory_overrides=pick)
     # ---- contrasts: ODE only, perturbed random start at the same D (head_cyclic false in
     # quick: 4× cheaper, the drift samples' O(1/√n) asymmetry then joins the O(1/√D) start's)
-    cyc = p["contrast_head_cyclic"]
+    cyc = p.contrast_head_cyclic
     cyc = f'"{cyc}"' if isinstance(cyc, str) else str(cyc).lower()
-    contrasts = [Run(f"{act}_{k}_ode", "theory", (law_over[k], f"seeds={p['contrast_seeds']}",
+    contrasts = [Run(f"{act}_{k}_ode", "theory", (law_over[k], f"seeds={p.contrast_seeds}",
                                                     f"train.T={T_of[k]}",
                                                     f'model.activation="{act}"',
                                                     f"theory.head_cyclic={cyc}"))
-                 for act in p["contrasts"] for k in laws if p["contrast_seeds"]]  # fmt: skip
+                 for act in p.contrasts for k in laws if p.contrast_seeds]  # fmt: skip
     cons = ctx.runs(contrasts)
     # contrasts from the prepared uneven starts (ODE, one run each: cheap)
     con_prep = {}
-    for act in p["contrasts"]:
+    for act in p.contrasts:
         for k in laws:
-            for sizes in p["contrast_prepared"]:
-                M, Q = prepared_state(atoms[k], tuple(sizes), p["prep_scale"], p["prep_eps"])
+            for sizes in p.contrast_prepared:
+                M, Q = prepared_state(atoms[k], tuple(sizes), p.prep_scale, p.prep_eps)
                 init = f'theory.init={{kind="given", M={mat_text(M)}, Q={mat_text(Q)}}}'
                 con_prep[f"{act}_prepared_{k}_{sizes[0]}{sizes[1]}"] = (act, k, sizes, Run(
                     f"{act}_prepared_{k}_{sizes[0]}{sizes[1]}", "theory",
-                    (law_over[k], f"train.T={p['T_prepared']}", f'model.activation="{act}"',
+                    (law_over[k], f"train.T={p.T_prepared}", f'model.activation="{act}"',
                      init)))  # fmt: skip
     con_prep_ds = ctx.runs([v[3] for v in con_prep.values()])
     # ---- prepared uneven starts (ODE; a simulation cannot start from a given state)
     prep_runs, prep_meta = [], {}
     for k in laws:
-        for sizes in p["prepared"]:
+        for sizes in p.prepared:
             sizes = tuple(sizes)
-            M, Q = prepared_state(atoms[k], sizes, p["prep_scale"], p["prep_eps"])
+            M, Q = prepared_state(atoms[k], sizes, p.prep_scale, p.prep_eps)
             name = f"prepared_{k}_{sizes[0]}{sizes[1]}"
             init = f'theory.init={{kind="given", M={mat_text(M)}, Q={mat_text(Q)}}}'
-            prep_runs.append(Run(name, "theory", (law_over[k], f"train.T={p['T_prepared']}",
+            prep_runs.append(Run(name, "theory", (law_over[k], f"train.T={p.T_prepared}",
                                                   init)))  # fmt: skip
             prep_meta[name] = (k, f"{sizes[0]}:{sizes[1]}")
     preps = ctx.runs(prep_runs)
@@ -110,8 +146,8 @@ def run(ctx: Context):
             res[(k, who)] = summary(histories(ds, atoms[k], p))
         # how often head_split(min_cos) alone puts every head on an atom while the local
         # criterion calls some head undecided (the mislabelling this recipe avoids)
-        hs_all = analysis.head_split(sim.M.values, sim.Q.values, atoms[k], p["min_cos"])
-        lab = head_labels(sim.M.values, sim.Q.values, atoms[k], p["min_cos"], p["margin"])
+        hs_all = analysis.head_split(sim.M.values, sim.Q.values, atoms[k], p.min_cos)
+        lab = head_labels(sim.M.values, sim.Q.values, atoms[k], p.min_cos, p.margin)
         lab0[k] = float(np.mean((hs_all.sum(-1) == sim.sizes["head"])
                                 & (lab == UNDECIDED).any(-1)))  # fmt: skip
         res[(k, "dev")] = dev
@@ -120,7 +156,7 @@ def run(ctx: Context):
         res[(k, "agree")] = (sum(a["first"] == b["first"] for a, b in zip(hs_s, hs_o, strict=True)),
                              sum(a["end"] == b["end"] for a, b in zip(hs_s, hs_o, strict=True)),
                              len(hs_o))  # fmt: skip
-    for act in p["contrasts"] if p["contrast_seeds"] else ():
+    for act in p.contrasts if p.contrast_seeds else ():
         for k in laws:
             res[(k, act)] = summary(histories(cons[f"{act}_{k}_ode"], atoms[k], p))
 
@@ -129,9 +165,9 @@ def run(ctx: Context):
     classes = {}
     for name, ds in preps.items():
         k, start = prep_meta[name]
-        if start not in p["classify"]:
+        if start not in p.classify:
             continue
-        lab = head_labels(ds.M.values[0], ds.Q.values[0], atoms[k], p["min_cos"], p["margin"])
+        lab = head_labels(ds.M.values[0], ds.Q.values[0], atoms[k], p.min_cos, p.margin)
         uneven = np.array([is_uneven(split_name(x)) for x in lab])
         slow = [x["index"] for x in analysis.slow_stretches(ds.t.values, ds.risk.values[0])]
         slow = [i for i in slow if uneven[i]]
@@ -141,7 +177,7 @@ def run(ctx: Context):
             ti = slow[0]
         else:  # passed no uneven plateau
             continue
-        classes[name] = classify(ds, ti, p["jacobian_n"], p["group_cos"])
+        classes[name] = classify(ds, ti, p.jacobian_n, p.group_cos)
         classes[name]["split"] = split_name(lab[ti])
 
     for k in laws:
@@ -175,7 +211,7 @@ def run(ctx: Context):
                          h["first"] or "–", h["end"], "", moves_text(h["moves"]),
                          f"{h['end_risk']:.4f}" if is_even(h["end"]) else "–",
                          f"{h['end_risk']:.4f}" if is_uneven(h["end"]) else "–", ""))  # fmt: skip
-        for act in p["contrasts"] if p["contrast_seeds"] else ():
+        for act in p.contrasts if p.contrast_seeds else ():
             s = res[(k, act)]
             rows.append((act, LAW_NAMES[k], "random (perturbed init) → ODE", s["S"], s["first"],
                          s["end"], f"{s['n_moved']}/{s['n_uneven0']}", moves_text(s["moves"]),
@@ -195,7 +231,7 @@ def run(ctx: Context):
             f"softmax, {LAW_NAMES[k]}: heads first split unevenly (in some seeds)",
             "simulation seeds whose split right after specialisation is uneven",
             n0, 0.0,
-            Tolerance("at_least", 1, why=f"≥ 1 seed, its uneven split lasting ≥ {p['persist']} "
+            Tolerance("at_least", 1, why=f"≥ 1 seed, its uneven split lasting ≥ {p.persist} "
                       "grid points with every head decided (a label flicker does not count); the "
                       "count is a rate, not compared with a prediction"),
             unit=f"of {S} seeds",
@@ -203,8 +239,8 @@ def run(ctx: Context):
             f"states: {so['n_uneven0']}/{so['S']} (same first split as the simulation in "
             f"{res[(k, 'agree')][0]}/{so['S']}, same end split in {res[(k, 'agree')][1]}/"
             f"{so['S']}); first splits: {s['first']}; {lab0[k]:.0%} of the recorded states have "
-            f"every head on an atom by head_split(min_cos={p['min_cos']}) alone but a head within "
-            f"{p['margin']} of both atoms' cosines (undecided here)",
+            f"every head on an atom by head_split(min_cos={p.min_cos}) alone but a head within "
+            f"{p.margin} of both atoms' cosines (undecided here)",
         ))  # fmt: skip
         prep_here = [(prep_meta[n][1], histories(preps[n], atoms[k], p)[0]) for n in preps
                      if prep_meta[n][0] == k]  # fmt: skip
@@ -215,9 +251,9 @@ def run(ctx: Context):
         moved_total = s["n_moved"] + n_prep_even
         stuck = moved_total == 0
         tol = Tolerance("at_least", 1, why=f"≥ 1 seed or prepared start ends even (split by "
-                        f"cosine ≥ {p['min_cos']} and margin {p['margin']}, lasting ≥ "
-                        f"{p['persist']} grid points) by t = {_fmt(T_of[k])} (prepared: "
-                        f"{_fmt(p['T_prepared'])}); none → stuck, reported with the Jacobian's "
+                        f"cosine ≥ {p.min_cos} and margin {p.margin}, lasting ≥ "
+                        f"{p.persist} grid points) by t = {_fmt(T_of[k])} (prepared: "
+                        f"{_fmt(p.T_prepared)}); none → stuck, reported with the Jacobian's "
                         "classification of the uneven state")  # fmt: skip
         ctx.claim(Claim(
             f"E6.{k}.rearranges",
@@ -273,8 +309,8 @@ def _figures(ctx, paired, preps, prep_meta, atoms, laws, p):
         sim = sim.sel(seed=ode.seed.values)  # the seeds with their ODE beside them
         t = sim.t.values
         pos = t > 0
-        lab_s = head_labels(sim.M.values, sim.Q.values, atoms[k], p["min_cos"], p["margin"])
-        lab_o = head_labels(ode.M.values, ode.Q.values, atoms[k], p["min_cos"], p["margin"])
+        lab_s = head_labels(sim.M.values, sim.Q.values, atoms[k], p.min_cos, p.margin)
+        lab_o = head_labels(ode.M.values, ode.Q.values, atoms[k], p.min_cos, p.margin)
         # |#heads on atom 1 − on atom 2| while every head is decided (0 even, 2 for 3:1, 4 for
         # 4:0), not drawn while some head is still undecided
         cs, co = (np.where((x == UNDECIDED).any(-1), np.nan,
@@ -306,6 +342,6 @@ def _figures(ctx, paired, preps, prep_meta, atoms, laws, p):
         a3.legend(fontsize="x-small")
         for ax in (a1, a2, a3):
             ax.set_xscale("log")
-            ax.set_xlim(t[pos][0], max(t[-1], p["T_prepared"]) if ax is a2 else t[-1])
+            ax.set_xlim(t[pos][0], max(t[-1], p.T_prepared) if ax is a2 else t[-1])
             ax.set_xlabel("t")
     ctx.figure(fig, "split")
