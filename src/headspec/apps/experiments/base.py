@@ -34,7 +34,7 @@ from headspec.conventions import results
 from headspec.conventions.config import SimulateConfig, TheoryConfig, load_config, merge
 from headspec.core.stats import mean_se
 
-__all__ = ["CONFIG_SECTIONS", "Context", "Outcome", "Run", "Stopped"]
+__all__ = ["CONFIG_SECTIONS", "Context", "Outcome", "Run", "Stopped", "ode_beside"]
 
 
 @dataclasses.dataclass
@@ -245,6 +245,15 @@ class Context:
             raise ValueError(f"claim id {claim.id!r} recorded twice")
         self.outcome.claims.append(claim)
         return claim
+
+
+def ode_beside(ctx: Context, cid: str, where: str, value: float, detail: str, label: str = "",
+               measure: str = "") -> None:  # fmt: skip
+    """The measured-only claim "``label``ODE beside the simulation (``where``)": the largest
+    relative deviation of the seed-mean risk (``measure`` adds to its description)."""
+    ctx.claim(Claim(cid, f"{label}ODE beside the simulation ({where})", "largest relative "
+                    f"deviation of the seed-mean risk, ODE from simulation, over the run{measure}",
+                    value, unit="%", detail=detail))  # fmt: skip
 
 
 def _reusable(path: Path, cfg) -> Any:
