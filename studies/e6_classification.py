@@ -58,10 +58,15 @@ from headspec.core.attention import BayesSoftmax, Softmax, Softmax1  # noqa: E40
 from headspec.core.latent import Discrete, FlippedSpike  # noqa: E402
 from headspec.core.observables import BaseSamples  # noqa: E402
 from headspec.core.schedules import Constant  # noqa: E402
-from headspec.dynamics.analysis import best_atom  # noqa: E402
 from headspec.dynamics.fixed_points import find_fixed_point  # noqa: E402
 from headspec.dynamics.jacobian import drift_jacobian, modes  # noqa: E402
 from headspec.dynamics.ode import DriftProblem, OrderParameters, integrate  # noqa: E402
+from headspec.dynamics.splits import (  # noqa: E402
+    group_projection,
+    head_labels,
+    split_name,
+    stability,
+)
 
 OUT = Path(__file__).resolve().parent / "out"
 A = 2.5
@@ -88,10 +93,9 @@ SIM = {"D": 1000, "seeds": 16, "T": 600.0, "points": 60}
 # ============================================================================ helpers
 def head_states(M, Q, atoms) -> np.ndarray:
     """Per head (..., H): the atom it sits on (cosine ≥ MIN_COS), −1 undecided, −2 idle (squared
-    key norm Q_hh < IDLE_Q: a key that shrank toward 0, e.g. a silent softmax-1 head)."""
-    idx = best_atom(np.asarray(M), np.asarray(Q), np.asarray(atoms), MIN_COS)
-    q = np.einsum("...hh->...h", np.asarray(Q))
-    return np.where(q < IDLE_Q, -2, idx)
+    key norm Q_hh < IDLE_Q: a key that shrank toward 0, e.g. a silent softmax-1 head); the labels
+    of :func:`headspec.dynamics.splits.head_labels`."""
+    return head_labels(np.asarray(M), np.asarray(Q), np.asarray(atoms), MIN_COS, 0.0, IDLE_Q)
 
 
 def sim_end_states(act_name: str, law_name: str, per_label: int = 1):
@@ -114,21 +118,9 @@ def sim_end_states(act_name: str, law_name: str, per_label: int = 1):
     return out
 
 
-def split_label(states) -> str:
-    """'2+2', '3+1', '4+0' (largest first), then '+k idle' / '+k undecided' if any."""
-    st = np.asarray(states)
-    counts = sorted((int((st == j).sum()) for j in range(2)), reverse=True)
-    out = "+".join(str(c) for c in counts)
-    for code, word in ((-2, "idle"), (-1, "undecided")):
-        k = int((st == code).sum())
-        if k:
-            out += f" +{k} {word}"
-    return out
-
-
 def split_of(M, Q, atoms) -> str:
-    """The split label of one state M (H, F), Q (H, H)."""
-    return split_label(head_states(M, Q, atoms))
+    """The split label of one state M (H, F), Q (H, H): '2+2', '3+1 +1 idle', …"""
+    return split_name(head_states(M, Q, atoms), sep="+")
 
 
 def guess_state(law_name: str, sizes, scale: float, act_name: str = "softmax") -> OrderParameters:
@@ -152,34 +144,10 @@ def guess_state(law_name: str, sizes, scale: float, act_name: str = "softmax") -
     return OrderParameters(M, M @ M.T + 0.1 * jnp.eye(G), jnp.asarray(b))
 
 
-def group_part(v: np.ndarray, sizes, F: int) -> np.ndarray:
-    """Projection of a flat (M, Q, b) vector on the states symmetric within each group (the
-    split's own symmetry: groups move as wholes)."""
-    idx = np.repeat(np.arange(len(sizes)), sizes)
-    M = v[: H * F].reshape(H, F).copy()
-    Q = v[H * F : H * F + H * H].reshape(H, H).copy()
-    b = v[H * F + H * H :].copy()
-    Mo, Qo, bo = np.zeros_like(M), np.zeros_like(Q), np.zeros_like(b)
-    for g in range(len(sizes)):
-        ig = idx == g
-        Mo[ig] = M[ig].mean(0)
-        bo[ig] = b[ig].mean()
-        for g2 in range(len(sizes)):
-            ig2 = idx == g2
-            blk = Q[np.ix_(ig, ig2)]
-            if g == g2:
-                d = np.diag(blk).mean()
-                off = blk[~np.eye(len(blk), dtype=bool)].mean() if len(blk) > 1 else 0.0
-                Qo[np.ix_(ig, ig2)] = np.where(np.eye(len(blk), dtype=bool), d, off)
-            else:
-                Qo[np.ix_(ig, ig2)] = blk.mean()
-    return np.concatenate([Mo.ravel(), Qo.ravel(), bo])
-
-
 def describe_mode(m, sizes, F: int, law_name: str) -> dict:
     """Numbers and words for one eigenmode."""
     v = np.asarray(m.vector)
-    gp = group_part(v, sizes, F)
+    gp = group_projection(v, sizes, F)
     grp = float(gp @ gp)  # share keeping the split's symmetry (includes the common part)
     dM = v[: H * F].reshape(H, F)
     m_share = float((dM**2).sum())
@@ -326,15 +294,10 @@ def classify_case(act_name, law_name, split, eta2, bases, jac_fns) -> dict:
         jac = jac_fns[key](*fp.state)
         ms = modes(jac, H, F)
         nonzero = [m for m in ms if not m.zero]
-        unstable = [m for m in nonzero if m.eigenvalue.real > 3 * m.se]
-        marginal = [m for m in nonzero if abs(m.eigenvalue.real) <= 3 * m.se]
+        st = stability(ms)  # the rule of headspec.dynamics.splits
+        unstable, marginal = st.unstable, st.marginal
         lead = nonzero[0]
-        if unstable:
-            verdict = "saddle"
-        elif marginal:
-            verdict = "marginal"
-        else:
-            verdict = "stable minimum"
+        verdict = "stable minimum" if st.kind == "minimum" else st.kind
         d = describe_mode(lead, sizes, F, law_name)
         d["vector"] = np.asarray(lead.vector).tolist()
         sol = dict(rec)
@@ -456,10 +419,11 @@ def run_checks(fresh: bool, only: str = "") -> dict:
             jac = drift_jacobian(problem, state, keep_samples=True)
             ms = [m for m in modes(jac, H, law.F) if not m.zero]
             sizes = SPLITS.get(res["split"], (1, 1, 1, 1))
+            st = stability(ms)
             done[k] = {
                 "modes": [describe_mode(m, sizes, law.F, res["law"]) for m in ms[:6]],
-                "n_unstable": sum(m.eigenvalue.real > 3 * m.se for m in ms),
-                "n_marginal": sum(abs(m.eigenvalue.real) <= 3 * m.se for m in ms),
+                "n_unstable": len(st.unstable),
+                "n_marginal": len(st.marginal),
                 "wall_s": time.time() - t0,
             }
             print(f"check {k}: {done[k]['wall_s']:.0f} s", flush=True)
@@ -501,7 +465,7 @@ def analyse_sim(act_name: str, law_name: str) -> dict | None:
     states = head_states(M, Q, atoms)  # (S, T, H)
     seeds = []
     for s in range(M.shape[0]):
-        names = [split_label(x) for x in states[s]]
+        names = [split_name(x, sep="+") for x in states[s]]
         on = (states[s] >= 0).sum(-1)  # heads on a direction (T,)
         full = np.flatnonzero(on == H)  # first time every head is on a direction, else the
         if full.size == 0:  # first time none is undecided and two are on directions
@@ -531,7 +495,7 @@ def analyse_sim(act_name: str, law_name: str) -> dict | None:
         return dict(sorted(out.items()))
 
     k50 = int(np.argmin(np.abs(t - 50.0)))
-    at50 = [split_label(states[s, k50]) for s in range(M.shape[0])]
+    at50 = [split_name(states[s, k50], sep="+") for s in range(M.shape[0])]
     rearranged = sum(1 for x in seeds if x["first"] not in (None, "2+2") and x["end"] == "2+2")
     left_even = sum(1 for x in seeds if x["first"] == "2+2" and x["end"] != "2+2")
     return {

@@ -17,7 +17,8 @@ This study
    overlaps at task.D, 16 seeds, T = 75): initial-condition randomness only, no SGD noise. Two
    routes: ``ode`` is ``headspec.solve`` as it is, whose drift samples are not head-cyclic for this
    init, so they break the head symmetry at O(1/√n), independently of D; ``odec`` is the same
-   with head-cyclic samples (see :func:`head_cyclic_solve`), the exact-symmetry ODE;
+   with head-cyclic samples (``theory.head_cyclic = true``: an identical head pair stays
+   identical under the drift's sampling error), the exact-symmetry ODE;
 4. fits t_esc vs ln D by weighted least squares on per-D statistics ± s.e. (all D, and
    D ≥ 10³) and compares the slopes with 1/(2λ). Late seeds that have not escaped by the horizon
    are censored: the mean of the escaped seeds is then biased low, so the median (exact while
@@ -201,11 +202,9 @@ def trajectories(kind: str, D: int, seeds: int, compute: bool = True) -> dict | 
             hs.TheoryConfig, overrides=[*overrides(D, seeds, T), f"theory.n={ODE_N}"]
         )
         ds = hs.solve(cfg)
-    else:  # "odec": the same ODE with head-cyclic drift samples (see head_cyclic_solve)
-        cfg = hs.load_config(
-            hs.TheoryConfig, overrides=[*overrides(D, seeds, T), f"theory.n={ODEC_N}"]
-        )
-        ds = head_cyclic_solve(cfg)
+    else:  # "odec": the same ODE with head-cyclic drift samples (theory.head_cyclic = true)
+        ov = [*overrides(D, seeds, T), f"theory.n={ODEC_N}", "theory.head_cyclic=true"]
+        ds = hs.solve(hs.load_config(hs.TheoryConfig, overrides=ov))
     wall = time.time() - t0
     out = {
         "t": ds.t.values,
@@ -252,29 +251,6 @@ def paired_slope(rows: list[dict], definition: str = "dM", dmin: int = 0) -> dic
         "n_dropped": int((~ok).sum()),
         "Ds": [r["D"] for r in rows],
     }
-
-
-def head_cyclic_solve(cfg):
-    """``hs.solve`` with head-cyclic drift base samples also for the perturbed init.
-
-    ``solve`` makes its base samples head-cyclic only for a symmetric init; with plain samples the
-    estimated drift breaks the head symmetry at O(1/√n), a D-independent seed of head differences
-    that, at large D, is larger than the O(1/√D) initial differences the escape law is about. Here
-    the library's ``build.drift_base`` is wrapped (for this call only) to return head-cyclic
-    samples (n·H of them: ``theory.n`` = ODEC_N gives the default's cost).
-    """
-    from headspec.conventions import runs
-
-    original = runs.build.drift_base
-
-    def cyclic(*args, **kwargs):
-        return original(*args, **kwargs).head_cyclic()
-
-    runs.build.drift_base = cyclic
-    try:
-        return hs.solve(cfg)
-    finally:
-        runs.build.drift_base = original
 
 
 def _crossing(t: np.ndarray, y: np.ndarray, level: float, k0: int, up: bool, log: bool) -> float:

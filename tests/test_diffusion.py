@@ -319,9 +319,6 @@ def test_the_law_test_detects_a_wrong_noise():
     consistent with 0 for the right noise and rejects the noise C × 2 (noise_factor √2), each at
     4 s.e. (s.e. of a log-variance ratio √(2/(S−1) · 2) per quantity, pooled over the 8
     quantities as if independent: conservative, they are positively correlated)."""
-    import dataclasses
-
-    from headspec.conventions import build
     from headspec.conventions.config import SimulateConfig, load_config
     from headspec.conventions.runs import simulate
 
@@ -334,14 +331,8 @@ def test_the_law_test_detects_a_wrong_noise():
     ]  # fmt: skip
 
     def spread(engine, factor=1.0):
-        cfg = load_config(SimulateConfig, overrides=[*common, f"train.engine='{engine}'"])
-        orig = build.engine
-        if factor != 1.0:
-            build.engine = lambda c, s=None: dataclasses.replace(orig(c, s), noise_factor=factor)
-        try:
-            ds = simulate(cfg).isel(t=-1)
-        finally:
-            build.engine = orig
+        over = [*common, f"train.engine='{engine}'", f"diffusion.noise_factor={float(factor)!r}"]
+        ds = simulate(load_config(SimulateConfig, overrides=over)).isel(t=-1)
         x = np.concatenate([ds[v].values.reshape(S, -1) for v in ("M", "Q")], axis=1)
         return np.log(x.var(0, ddof=1))  # (8,)
 

@@ -1,5 +1,6 @@
 """The report of `headspec reproduce`: structure, figures that render, failure isolation."""
 
+import dataclasses
 import re
 
 import pytest
@@ -23,6 +24,11 @@ def _check_html(folder):
     return page, images
 
 
+def _replaced(exp_id, run):
+    """Recipe ``exp_id`` (its TOML and parameters) with another ``run``."""
+    return dataclasses.replace(experiments.RECIPES[exp_id], run=run)
+
+
 def _tiny_recipe(ctx):
     """A recipe of the real machinery at toy size (the recipes themselves run at smoke scale in
     tests/test_recipe_*.py): a simulation beside its ODE, a claim with a tolerance, a figure."""
@@ -42,7 +48,7 @@ def _tiny_recipe(ctx):
 def e4_report(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(experiments.RECIPES, "E4", _tiny_recipe)
+        mp.setitem(experiments.RECIPES, "E4", _replaced("E4", _tiny_recipe))
         outcomes = experiments.reproduce(scale="smoke", outdir=out, only=["E4"])
     return out, outcomes
 
@@ -72,7 +78,8 @@ def test_a_failing_experiment_is_reported_and_the_others_still_run(tmp_path, mon
         ctx.claim(Claim("E4.fine", "a claim that holds", "a quantity", 42, 0.0,
                         Tolerance("at_least", 42, why="the answer")))  # fmt: skip
 
-    monkeypatch.setattr(experiments, "RECIPES", {"E1": boom, "E4": fine})
+    monkeypatch.setitem(experiments.RECIPES, "E1", _replaced("E1", boom))
+    monkeypatch.setitem(experiments.RECIPES, "E4", _replaced("E4", fine))
     outcomes = experiments.reproduce(scale="smoke", outdir=tmp_path, only=["E1", "E4"])
     assert outcomes[0].error and "deliberate failure" in outcomes[0].error
     assert outcomes[1].error is None and [(c.id, c.verdict) for c in outcomes[1].claims] == [

@@ -16,7 +16,6 @@ Each CLI case: exit code 2, no traceback, the field or option named, "fix", no o
 from __future__ import annotations
 
 import glob
-import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -322,28 +321,37 @@ def test_available_memory_and_its_override(monkeypatch):
 
 
 def _recipe_configs():
-    """(name, config) for experiments/*.toml and every recipe of E1–E7 at each scale (with the
-    recipe's own engine for the simulations), D swept as E2 sweeps it."""
+    """(name, config) for experiments/*.toml and every registered recipe at each scale, resolved
+    as the recipe's Context resolves it (its [config] with the scale's sections, `record`
+    included; the seeds of its validated parameters; the recipe's own engine for the
+    simulations), D swept as E2 sweeps it."""
+    from headspec.apps.experiments import RECIPES
+    from headspec.apps.experiments.params import resolve, split_spec
+    from headspec.apps.experiments.runner import load_spec
+
     out = [
         ("two_phase", SimulateConfig, read_toml(ROOT / "experiments/two_phase.toml")),
         ("bayes_default", BayesRunConfig, read_toml(ROOT / "experiments/bayes_default.toml")),
         ("flipped_spike", BayesRunConfig, read_toml(ROOT / "experiments/flipped_spike.toml")),
     ]
-    recipes = sorted(glob.glob(str(ROOT / "src/headspec/apps/experiments/recipes/*.toml")))
-    assert len(recipes) == 7
-    for path in recipes:
-        with open(path, "rb") as f:
-            r = tomllib.load(f)
-        for scale, over in r["scale"].items():
-            sections = {k: v for k, v in over.items() if k in ("task", "model", "train", "theory")}
-            data = merge(r["config"], sections)
-            seeds = over.get("seeds", r["experiment"].get("seeds", 1))
-            for D in over.get("dims", r["experiment"].get("dims", [data["task"].get("D", 1000)])):
-                d = merge(data, {"task": {"D": D}, "seeds": seeds})
-                out.append((f"{Path(path).stem} {scale} D={D}", TheoryConfig, d))
+    shipped = {
+        Path(p).name for p in glob.glob(str(ROOT / "src/headspec/apps/experiments/recipes/*.toml"))
+    }
+    assert {r.file for r in RECIPES.values()} == shipped  # every shipped recipe is registered
+    for r in RECIPES.values():
+        spec = load_spec(r.id)
+        assert set(spec["scale"]) >= {"smoke", "quick", "full"}, r.id
+        for scale in spec["scale"]:
+            p = resolve(spec, scale, r.params, r.file)
+            _, config, _ = split_spec(spec, scale)  # what Context.cfg starts from
+            seeds = getattr(p, "seeds", 1)
+            for D in getattr(p, "dims", None) or [config["task"].get("D", 1000)]:
+                d = merge(config, {"task": {"D": D}, "seeds": seeds})
+                name = f"{r.file.removesuffix('.toml')} {scale} D={D}"
+                out.append((name, TheoryConfig, {k: v for k, v in d.items() if k != "diffusion"}))
                 sim = {k: v for k, v in d.items() if k != "theory"}
                 engine = sim.get("train", {}).get("engine", "full")
-                out.append((f"{Path(path).stem} {scale} D={D} {engine}", SimulateConfig, sim))
+                out.append((f"{name} {engine}", SimulateConfig, sim))
     return out
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from headspec.apps.experiments import arrangement as arr
-from headspec.dynamics import analysis
+from headspec.dynamics import analysis, splits
 from helpers import assert_reasoned, claims_by_id
 
 ORTH = np.array([[2.5, 0.0], [0.0, 2.5]])
@@ -28,36 +28,36 @@ def test_head_on_the_mean_direction_is_undecided():
     M, Q = _state([[1, 1], [1, 1.02], [1, 0], [0, 1]])
     # head_split(min_cos=0.5) alone puts the two heads on the diagonal on an atom: 4 heads split
     assert analysis.head_split(M, Q, ORTH, 0.5).sum() == 4
-    lab = arr.head_labels(M, Q, ORTH, 0.5, 0.1)
-    assert lab.tolist() == [arr.UNDECIDED, arr.UNDECIDED, 0, 1]
-    assert arr.split_name(lab) == "1:1 +2 undecided"
+    lab = splits.head_labels(M, Q, ORTH, 0.5, 0.1)
+    assert lab.tolist() == [splits.UNDECIDED, splits.UNDECIDED, 0, 1]
+    assert splits.split_name(lab) == "1:1 +2 undecided"
     # a combination head clearly nearer one feature is on it
     M, Q = _state([[0.8, 0.58], [0.58, 0.8], [0.96, -0.27], [-0.26, 0.96]])
-    lab = arr.head_labels(M, Q, ORTH, 0.5, 0.1)
+    lab = splits.head_labels(M, Q, ORTH, 0.5, 0.1)
     assert lab.tolist() == [0, 1, 0, 1]
-    assert arr.is_even(arr.split_name(lab))
+    assert splits.is_even(splits.split_name(lab))
 
 
 def test_flipped_spike_and_idle_heads():
     M = np.array([[2.0], [1.9], [2.1], [-2.0]])
     Q = M @ M.T + 0.2 * np.eye(4)
-    lab = arr.head_labels(M, Q, SPIKE, 0.5, 0.1)
+    lab = splits.head_labels(M, Q, SPIKE, 0.5, 0.1)
     assert lab.tolist() == [0, 0, 0, 1]
-    assert arr.split_name(lab) == "3:1" and arr.is_uneven("3:1") and not arr.is_even("3:1")
+    assert splits.split_name(lab) == "3:1" and splits.is_uneven("3:1") and not splits.is_even("3:1")
     Q2 = Q.copy()
     Q2[1, 1] = 0.1  # a shrunk key (with its overlaps kept consistent enough for the label)
     M2 = M.copy()
     M2[1] = 0.3
-    lab = arr.head_labels(M2, Q2, SPIKE, 0.5, 0.1, idle_q=0.25)
-    assert lab.tolist() == [0, arr.IDLE, 0, 1]
-    assert arr.split_name(lab) == "2:1 +1 idle" and arr.is_uneven("2:1 +1 idle")
-    assert arr.is_even("1:1 +2 idle") and not arr.is_even("0:0 +4 idle")
-    assert not arr.is_uneven("2:1 +1 undecided")
+    lab = splits.head_labels(M2, Q2, SPIKE, 0.5, 0.1, idle_q=0.25)
+    assert lab.tolist() == [0, splits.IDLE, 0, 1]
+    assert splits.split_name(lab) == "2:1 +1 idle" and splits.is_uneven("2:1 +1 idle")
+    assert splits.is_even("1:1 +2 idle") and not splits.is_even("0:0 +4 idle")
+    assert not splits.is_uneven("2:1 +1 undecided")
 
 
 def test_seed_history_finds_first_split_move_and_bump():
     t = np.arange(12.0)
-    u, a, b = arr.UNDECIDED, 0, 1
+    u, a, b = splits.UNDECIDED, 0, 1
     labels = np.array(
         [[u, u, u, u]] * 2
         + [[a, a, a, b]] * 4  # 3:1 from t = 2
@@ -79,7 +79,7 @@ def test_seed_history_finds_first_split_move_and_bump():
 
 def test_seed_history_without_specialisation():
     t = np.arange(5.0)
-    labels = np.full((5, 4), arr.UNDECIDED)
+    labels = np.full((5, 4), splits.UNDECIDED)
     h = arr.seed_history(t, np.full(5, 0.4), labels)
     assert h["first"] is None and h["moves"] == [] and h["end"] == "0:0 +4 undecided"
 
@@ -88,9 +88,9 @@ def test_prepared_state_is_the_asked_split():
     M, Q = arr.prepared_state(ORTH, (3, 1), 0.6, 0.01)
     assert M.shape == (4, 2) and np.allclose(Q, Q.T)
     assert np.linalg.eigvalsh(Q - M @ M.T).min() > 0  # a valid (PSD) overlap state
-    assert arr.split_name(arr.head_labels(M, Q, ORTH)) == "3:1"
+    assert splits.split_name(splits.head_labels(M, Q, ORTH)) == "3:1"
     M, Q = arr.prepared_state(SPIKE, (4, 0), 0.6, 0.01)
-    assert arr.split_name(arr.head_labels(M, Q, SPIKE)) == "4:0"
+    assert splits.split_name(splits.head_labels(M, Q, SPIKE)) == "4:0"
 
 
 @pytest.fixture(scope="module")

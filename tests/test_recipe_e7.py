@@ -3,10 +3,12 @@ answers, and the recipe end to end at smoke scale."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
-from headspec.apps.experiments import EXPERIMENT_FILES, RECIPES, e7
+from headspec.apps.experiments import RECIPES, e7
 from headspec.dynamics import representation as rep
 from helpers import assert_reasoned, claims_by_id
 
@@ -113,7 +115,7 @@ def test_isotropic_latent_and_shape_verdicts():
     assert lat["atoms"][2] == [0.0, 2.0, 0.0] and lat["atoms"][3] == [0.0, -2.0, 0.0]
     assert np.isclose(sum(lat["probs"]), 1.0) and len(lat["probs"]) == 6
     atoms = np.array(e7.isotropic_latent(2, 2.5)["atoms"])
-    p = {"same": 0.9, "active": 0.5, "orth": 0.1, "combo": 1.5, "pure": 0.9}
+    p = SimpleNamespace(same=0.9, active=0.5, orth=0.1, combo=1.5, pure=0.9)
     sq = e7.shape(*_state([[1, 1], [-1, -1], [1, -1], [-1, 1]]), atoms, p)
     assert sq["orthogonal"] and sq["combination"] and not sq["pm_pairs"]
     pm = e7.shape(*_state([[1, 0], [-1, 0], [0, 1], [0, -1]]), atoms, p)
@@ -138,7 +140,8 @@ def smoke(smoke_report):
 
 
 def test_registered():
-    assert EXPERIMENT_FILES["E7"] == "e7_representation.toml" and RECIPES["E7"] is e7.run
+    r = RECIPES["E7"]
+    assert (r.file, r.run, r.params) == ("e7_representation.toml", e7.run, e7.Params)
 
 
 def test_smoke_runs_end_to_end(smoke):

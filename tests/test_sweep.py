@@ -549,7 +549,7 @@ def test_reproduce_on_a_scheduler_resumes_without_recomputing(client, tmp_path, 
 
     folder = tmp_path / "recipes"
     folder.mkdir()
-    (folder / experiments.EXPERIMENT_FILES["E1"]).write_text(_RECIPE)
+    (folder / experiments.RECIPES["E1"].file).write_text(_RECIPE)
     interrupt = {"on": True}
 
     def recipe(ctx):
@@ -561,7 +561,8 @@ def test_reproduce_on_a_scheduler_resumes_without_recomputing(client, tmp_path, 
         ctx.claim(Claim("E1.c", "c", "q", pairs["a"][2]["risk"]["max_dev"], 0.0,
                         Tolerance("at_least", 0.0, why="t")))  # fmt: skip
 
-    monkeypatch.setitem(experiments.RECIPES, "E1", recipe)
+    stand_in = experiments.Recipe("E1", experiments.RECIPES["E1"].file, recipe)  # title only
+    monkeypatch.setitem(experiments.RECIPES, "E1", stand_in)
     out, lines = tmp_path / "report", []
     kw = dict(scale="full", outdir=out, only=["E1"], scheduler=client.scheduler.address,
               folder=folder, log=lines.append)  # fmt: skip

@@ -69,7 +69,8 @@ def engine(cfg, schedule_fn: Callable | None = None) -> Engine:
         key = jax.random.fold_in(jax.random.key(opts.sample_seed), 0x6772)  # "gr"
         gram = gram_rest(key, base.n // copies, L, D, law.F + H, copies)
         extra = {"base": base, "gram": gram, "dt": opts.dt, "solver": opts.solver,
-                 "horizon": cfg.train.T, "resample": opts.resample, "orbit": copies}  # fmt: skip
+                 "horizon": cfg.train.T, "resample": opts.resample, "orbit": copies,
+                 "noise_factor": opts.noise_factor}  # fmt: skip
     return ENGINES[cfg.train.engine](
         law=law,
         activation=activation(cfg.model),

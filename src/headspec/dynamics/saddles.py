@@ -32,6 +32,7 @@ from headspec.core.schedules import Schedule
 from headspec.dynamics.fixed_points import FixedPoint, find_fixed_point, is_fixed
 from headspec.dynamics.jacobian import Mode, drift_jacobian, modes
 from headspec.dynamics.problem import DriftProblem, OrderParameters
+from headspec.dynamics.splits import stability
 
 
 def group_heads(Q: np.ndarray, group_cos: float = 0.98) -> list[list[int]]:
@@ -114,8 +115,13 @@ class Saddle(NamedTuple):
 
     @property
     def unstable(self) -> list[Mode]:
-        """Non-zero modes growing by more than 3 standard errors."""
-        return [m for m in self.modes if not m.zero and m.eigenvalue.real > 3 * _se(m)]
+        """Non-zero modes growing by more than 3 standard errors (:func:`splits.stability`)."""
+        return stability(self.modes).unstable
+
+    @property
+    def kind(self) -> str:
+        """ "saddle", "marginal" or "minimum" (:func:`headspec.dynamics.splits.stability`)."""
+        return stability(self.modes).kind
 
     @property
     def n_zero(self) -> int:
@@ -130,10 +136,6 @@ class Saddle(NamedTuple):
         """ln(D)/(2λ), λ the leading unstable rate (inf for a stable point)."""
         u = self.unstable
         return float(np.log(D) / (2 * u[0].eigenvalue.real)) if u else float("inf")
-
-
-def _se(m: Mode) -> float:
-    return 0.0 if np.isnan(m.se) else m.se
 
 
 @float64

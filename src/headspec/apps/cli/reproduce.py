@@ -69,7 +69,7 @@ def reproduce(
     OUT/data: running the same command again resumes, reusing each finished run whose config is
     unchanged.
     """
-    from headspec.apps.experiments import EXPERIMENT_FILES, SCALES, TEST_SCALE
+    from headspec.apps.experiments import RECIPES, SCALES, TEST_SCALE, RecipeError, check
     from headspec.apps.experiments import reproduce as run_all
     from headspec.apps.experiments.claims import verdict_text
     from headspec.apps.sweep import SweepError
@@ -82,12 +82,16 @@ def reproduce(
         ids = list(dict.fromkeys(x.strip().upper() for x in only.split(",") if x.strip()))
         if not ids:
             fail(f"--only {only!r} names no experiment; fix: give some of "
-                 f"{', '.join(EXPERIMENT_FILES)} (comma-separated), or drop --only to run "
+                 f"{', '.join(RECIPES)} (comma-separated), or drop --only to run "
                  "them all")  # fmt: skip
-        bad = [x for x in ids if x not in EXPERIMENT_FILES]
+        bad = [x for x in ids if x not in RECIPES]
         if bad:
             fail(f"--only: unknown experiment {bad[0]!r}; fix: use some of "
-                 f"{', '.join(EXPERIMENT_FILES)}")  # fmt: skip
+                 f"{', '.join(RECIPES)}")  # fmt: skip
+    try:  # every selected recipe's parameters, before anything runs
+        check(ids or list(RECIPES), scale)
+    except RecipeError as e:
+        fail(str(e))
     check_output_dir(out_dir, "--out")
     _check_report_folder(out_dir)
     tls = [("--tls-ca-file", tls_ca_file), ("--tls-cert", tls_cert), ("--tls-key", tls_key)]
@@ -98,7 +102,7 @@ def reproduce(
         on_interrupt(lambda: _kept(out_dir / "data")),
         progress_bar(counted("experiments"), eta=False) as bar,
     ):
-        job = bar.add_task("starting…", total=len(ids or EXPERIMENT_FILES))
+        job = bar.add_task("starting…", total=len(ids or RECIPES))
 
         def progress(exp_id, done, total):
             bar.update(job, completed=done, description=f"running {exp_id}" if exp_id else "done")
@@ -119,7 +123,7 @@ def reproduce(
                 security=security,
                 log=log,
             )
-        except SweepError as e:
+        except (SweepError, RecipeError) as e:
             bar.stop()
             fail(str(e))
     table = Table(title=f"claims ({scale} scale)")

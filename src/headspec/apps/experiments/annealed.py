@@ -11,9 +11,40 @@ common samples: every seed's final (M, Q, b) and the Bayes posterior on the same
 from __future__ import annotations
 
 import numpy as np
+from pydantic import Field
 
-from headspec.apps.experiments.base import Context, _fmt
+from headspec.apps.experiments.base import Context, Run, _fmt
 from headspec.apps.experiments.claims import Claim, Tolerance
+from headspec.apps.experiments.params import Count, Positive, RecipeParams
+
+
+class AnnealParams(RecipeParams):
+    """The parameters E3 and E4 share: seeds, the paired excess's samples, the annealed runs."""
+
+    seeds: Count = Field(description="seeds per run")
+    excess_samples: Count = Field(description="common samples of the paired excess over R_B")
+    anneal_t0: Positive = Field(description="t0 of the annealed η(t) = η/(1 + t/t0)^power")
+    anneal_power: Positive = Field(1.0, description="power of the annealed schedule")
+    anneal_T: Positive = Field(description="horizon of the annealed runs")
+    aim: Positive = Field(description="reaches R_B: a relative excess within this")
+
+
+def anneal_run(name: str, p: AnnealParams, *overrides: str, extra: dict | None = None) -> Run:
+    """The simulation ``name`` with ``p.seeds`` seeds, ``overrides``, to ``p.anneal_T`` with the
+    inverse-time schedule of ``p``."""
+    schedule = schedule_override(p.anneal_t0, p.anneal_power)
+    over = (f"seeds={p.seeds}", *overrides, f"train.T={p.anneal_T}", schedule)
+    return Run(name, "simulate", over, extra)
+
+
+def reach_annealed(ctx: Context, cid: str, label: str, p: AnnealParams, anneal_pair, ex_anneal,
+                   ex_const, D: int, lr: float) -> None:  # fmt: skip
+    """:func:`reach_claims` of the annealed pair (simulation, ODE, …) with its η → 0 limits
+    (:func:`eta_limit` on ``p.excess_samples``); ``ex_*``: {"sim", "ode"} → :func:`final_excess`."""
+    eta_of = lambda t: eta_end(lr, p.anneal_t0, p.anneal_power, t)  # noqa: E731
+    lim, lim_o = (eta_limit(anneal_pair[i], p.excess_samples, eta_of) for i in (0, 1))
+    reach_claims(ctx, cid, label, ex_anneal["sim"], ex_anneal["ode"], lim, lim_o,
+                 ex_const["sim"], ex_const["ode"], D, eta_of(p.anneal_T), p.aim)  # fmt: skip
 
 
 def final_excess(ds, n: int, key: int = 7, t_index: int = -1) -> dict:

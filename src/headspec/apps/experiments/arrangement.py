@@ -2,11 +2,11 @@
 over the directions, each seed's history of splits (moves, their times and risk bumps), prepared
 uneven starts, and the fixed-point classification of a final state.
 
-A head's direction: :func:`headspec.dynamics.analysis.head_split`'s ``best_atom`` (cosine
-≥ ``min_cos``), plus two local conditions (see :func:`head_labels`): its cosine must beat the other
-atom's by ``margin`` (a softmax head on the mean direction of the two orthogonal atoms has cosine
-0.71 with both and would be put on a random one), and its key must not have shrunk (``idle_q``:
-silent softmax-1 / Bayes-softmax heads).
+A head's direction and the split's name are those of :mod:`headspec.dynamics.splits` (the one
+place of the split labels and the stable/saddle/marginal rule): cosine ≥ ``min_cos`` with an atom,
+ahead of the other atom's by ``margin`` (a softmax head on the mean direction of the two
+orthogonal atoms has cosine 0.71 with both and would be put on a random one), and a key that has
+not shrunk (``idle_q``: silent softmax-1 / Bayes-softmax heads).
 """
 
 from __future__ import annotations
@@ -15,48 +15,10 @@ import numpy as np
 
 from headspec.apps.experiments.base import _fmt, _mean_se
 from headspec.conventions.runs import config_model
-from headspec.dynamics import analysis
-
-UNDECIDED, IDLE = analysis.UNDECIDED, analysis.IDLE
+from headspec.dynamics.splits import UNDECIDED, head_labels, is_even, is_uneven, split_name
 
 
-# ============================================================================ labelling
-def head_labels(M, Q, atoms, min_cos=0.5, margin=0.1, idle_q=0.0) -> np.ndarray:
-    """Per head (..., H): the atom it sits on, −1 undecided, −2 idle
-    (:func:`headspec.dynamics.analysis.best_atom` with a margin over the runner-up atom, so
-    that a head on the mean direction of two orthogonal atoms is not counted on either)."""
-    return analysis.best_atom(M, Q, atoms, min_cos, margin, idle_q)
-
-
-def counts(labels, J: int = 2) -> np.ndarray:
-    """Heads per atom (..., J) of labels (..., H)."""
-    return np.stack([(labels == j).sum(-1) for j in range(J)], axis=-1)
-
-
-def split_name(lab) -> str:
-    """'3:1' (largest group first), then '+k idle', '+k undecided'."""
-    lab = np.asarray(lab)
-    c = sorted((int((lab == j).sum()) for j in range(2)), reverse=True)
-    out = f"{c[0]}:{c[1]}"
-    for code, word in ((IDLE, "idle"), (UNDECIDED, "undecided")):
-        k = int((lab == code).sum())
-        if k:
-            out += f" +{k} {word}"
-    return out
-
-
-def is_even(name: str) -> bool:
-    """Both groups equal and not empty, no head undecided; idle heads allowed."""
-    a, b = name.split(" ")[0].split(":")
-    return a == b and a != "0" and "undecided" not in name
-
-
-def is_uneven(name: str) -> bool:
-    """Every active head decided and the groups unequal (e.g. 3:1, 4:0, 2:1 +1 idle)."""
-    a, b = name.split(" ")[0].split(":")
-    return a != b and "undecided" not in name
-
-
+# ============================================================================ histories
 def seed_history(t, risk, labels, persist: int = 3) -> dict:
     """One seed: t (T,), risk (T,), labels (T, H) → first split, end split, moves.
 
@@ -93,10 +55,10 @@ def seed_history(t, risk, labels, persist: int = 3) -> dict:
 def histories(ds, atoms, p) -> list[dict]:
     """Per seed of ``ds``: :func:`seed_history` (idle heads only for softmax-1/Bayes-softmax:
     a softmax head with a small key attends uniformly, it is not silent)."""
-    idle = 0.0 if config_model(ds).model.activation == "softmax" else p["idle_q"]
-    lab = head_labels(ds.M.values, ds.Q.values, atoms, p["min_cos"], p["margin"], idle)
+    idle = 0.0 if config_model(ds).model.activation == "softmax" else p.idle_q
+    lab = head_labels(ds.M.values, ds.Q.values, atoms, p.min_cos, p.margin, idle)
     t, r = ds.t.values, ds.risk.values
-    return [seed_history(t, r[s], lab[s], p["persist"]) for s in range(ds.sizes["seed"])]
+    return [seed_history(t, r[s], lab[s], p.persist) for s in range(ds.sizes["seed"])]
 
 
 def summary(hs: list[dict]) -> dict:
@@ -153,6 +115,7 @@ def classify(ds, t_index: int, n: int, group_cos: float) -> dict:
     from headspec.conventions import build
     from headspec.dynamics.problem import OrderParameters
     from headspec.dynamics.saddles import saddle_at
+    from headspec.dynamics.splits import mode_se, stability
 
     cfg = config_model(ds)
     law = cfg.task.latent.build()
@@ -160,21 +123,18 @@ def classify(ds, t_index: int, n: int, group_cos: float) -> dict:
     state = OrderParameters(*(np.asarray(st[v].values, float) for v in ("M", "Q", "b")))
     problem = build.analysis_problem(cfg, law, ds.sizes["head"], n)
     sad = saddle_at(state, problem, group_cos)
-    nz = [m for m in sad.modes if not m.zero]
-    lead = nz[0] if nz else None
-    se = lambda m: 0.0 if np.isnan(m.se) else m.se  # noqa: E731
-    n_uns = sum(m.eigenvalue.real > 3 * se(m) for m in nz)
-    n_marg = sum(abs(m.eigenvalue.real) <= 3 * se(m) for m in nz)
-    kind = "saddle" if n_uns else ("marginal" if n_marg else "minimum")
+    lead = sad.leading
+    st = stability(sad.modes)
+    kind = st.kind
     if not sad.is_fixed:
         kind += " (not polished to a fixed point)"
     return {
         "kind": kind,
         "risk": float(sad.risk),
         "lead": float(lead.eigenvalue.real) if lead else np.nan,
-        "lead_se": se(lead) if lead else np.nan,
-        "n_unstable": int(n_uns),
-        "n_marginal": int(n_marg),
+        "lead_se": mode_se(lead) if lead else np.nan,
+        "n_unstable": len(st.unstable),
+        "n_marginal": len(st.marginal),
         "max_z": float(sad.max_z),
         "t": float(ds.t.values[t_index]),
     }

@@ -24,11 +24,17 @@ from typing import Any
 import numpy as np
 
 from headspec.apps.experiments.claims import Claim
+from headspec.apps.experiments.params import (
+    CONFIG_SECTIONS,
+    RecipeParams,
+    resolve,
+    split_spec,
+)
 from headspec.conventions import results
 from headspec.conventions.config import SimulateConfig, TheoryConfig, load_config, merge
 from headspec.core.stats import mean_se
 
-CONFIG_SECTIONS = ("task", "model", "train", "record", "theory")
+__all__ = ["CONFIG_SECTIONS", "Context", "Outcome", "Run", "Stopped", "ode_beside"]
 
 
 @dataclasses.dataclass
@@ -61,7 +67,8 @@ class Stopped(KeyboardInterrupt):
 
 
 class Context:
-    """What a recipe needs: its parameters, base config, output folders, and run helpers.
+    """What a recipe needs: its parameters (``params``: an instance of the recipe's model,
+    validated), base config, output folders, and run helpers.
 
     ``client``: a ``distributed.Client`` that runs the independent runs of one :meth:`runs` call
     in parallel (None: in this process, one after the other); ``log``: called with a line of
@@ -78,23 +85,20 @@ class Context:
         client: Any = None,
         log: Callable[[str], None] | None = None,
         stop: threading.Event | None = None,
+        params: type[RecipeParams] = RecipeParams,
+        file: str = "recipe",
     ):
         self.id = exp_id
         self.scale, self.outdir, self.client, self.log = scale, Path(outdir), client, log
         self.stop = stop
-        params = dict(spec.get("experiment", {}))
-        config = dict(spec.get("config", {}))
-        for k, v in spec.get("scale", {}).get(scale, {}).items():
-            if k in CONFIG_SECTIONS:
-                config = merge(config, {k: v})
-            else:
-                params[k] = v
-        self.params, self.config, self.spec = params, config, spec
+        _, config, _ = split_spec(spec, scale)
+        self.params = resolve(spec, scale, params, file)
+        self.config, self.spec = config, spec
         self.figdir = outdir / "figures"
         self.datadir = outdir / "data"
         self.figdir.mkdir(parents=True, exist_ok=True)
         self.datadir.mkdir(parents=True, exist_ok=True)
-        self.outcome = Outcome(exp_id, params.get("title", exp_id))
+        self.outcome = Outcome(exp_id, self.params.title or exp_id)
         self._stage = 0  # batches sent to the cluster so far (their priority there)
 
     def cfg(self, model, name: str, *overrides: str, extra: dict | None = None):
@@ -241,6 +245,15 @@ class Context:
             raise ValueError(f"claim id {claim.id!r} recorded twice")
         self.outcome.claims.append(claim)
         return claim
+
+
+def ode_beside(ctx: Context, cid: str, where: str, value: float, detail: str, label: str = "",
+               measure: str = "") -> None:  # fmt: skip
+    """The measured-only claim "``label``ODE beside the simulation (``where``)": the largest
+    relative deviation of the seed-mean risk (``measure`` adds to its description)."""
+    ctx.claim(Claim(cid, f"{label}ODE beside the simulation ({where})", "largest relative "
+                    f"deviation of the seed-mean risk, ODE from simulation, over the run{measure}",
+                    value, unit="%", detail=detail))  # fmt: skip
 
 
 def _reusable(path: Path, cfg) -> Any:

@@ -8,27 +8,50 @@ plateaus (:func:`headspec.conventions.saddles.find_saddles`, as ``headspec saddl
 from __future__ import annotations
 
 import numpy as np
+from pydantic import Field
 
 from headspec.apps.experiments.base import Context, Run, _fmt, _mean_se
 from headspec.apps.experiments.claims import Claim, Tolerance
+from headspec.apps.experiments.params import Cosine, Count, Fraction, Positive, RecipeParams
+from headspec.apps.experiments.registry import recipe
 from headspec.conventions import results
 from headspec.conventions.runs import law_of
 from headspec.dynamics import analysis
 
 
+class Params(RecipeParams):
+    """E1's parameters (``[experiment]`` of ``e1_two_phases.toml``)."""
+
+    seeds: Count = Field(description="simulation seeds")
+    common_cos: Cosine = Field(description="heads together: each within this cosine of the mean")
+    along_cos: Cosine = Field(description="... and this cosine with K*E[θ]")
+    plateau_slope: Positive = Field(description="a plateau: risk change per decade of t at most")
+    plateau_decades: Positive = Field(description="... over at least this many decades")
+    drop: float = Field(ge=0, description="the risk drop before and after a plateau, at least")
+    saddle_seeds: int = Field(ge=0, description="seeds whose slow stretches are polished")
+    saddle_n: Count = Field(description="base samples of the saddles' drift and Jacobian")
+    saddle_tol: Positive = Field(description="plateau level vs fixed point risk (relative)")
+    ode_risk_tol: Positive = Field(description="ODE vs simulation: risk (relative)")
+    ode_overlap_tol: Positive = Field(description="ODE vs simulation: M, Q, cos (absolute)")
+    window_cos: Cosine = Field(description="comparison window: until a head is this far out")
+    stagger_frac: Fraction = Field(description="staggered: in at least this share of the seeds")
+    ode_T: Positive | None = Field(None, description="the ODE's horizon (None: the run's T)")
+
+
+@recipe("E1", "e1_two_phases.toml", Params)
 def run(ctx: Context):
     """Common phase, staggered specialisation, risk plateaus at the saddles' risks, ODE vs sim."""
     p = ctx.params
-    T_ode = p.get("ode_T", ctx.config["train"]["T"])  # the ODE up to the escapes only
-    sim_run = Run("simulation", "simulate", (f"seeds={p['seeds']}",))
+    T_ode = ctx.config["train"]["T"] if p.ode_T is None else p.ode_T  # up to the escapes only
+    sim_run = Run("simulation", "simulate", (f"seeds={p.seeds}",))
     sim, ode, dev_all = ctx.paired([sim_run], (f"train.T={T_ode}",))["simulation"]
     t = sim.t.values
     D = int(results.config_of(sim)["task"]["D"])
     T = float(t[-1])
     saddles = _saddles(sim, p)
     _common_phase(ctx, sim, saddles)
-    ts_sim = _specialisation(sim, p["common_cos"], T)
-    ts_ode = _specialisation(ode, p["common_cos"], float(ode.t.values[-1]))
+    ts_sim = _specialisation(sim, p.common_cos, T)
+    ts_ode = _specialisation(ode, p.common_cos, float(ode.t.values[-1]))
     _staggered(ctx, t, ode.t.values, ts_sim, ts_ode, p)
     pls = _plateaus(ctx, sim, p)
     _saddle_levels(ctx, saddles, ode, D, T, p)
@@ -41,18 +64,18 @@ def _saddles(sim, p) -> list[tuple[int, list]]:
     """The saddle chain (slow stretches polished into fixed points) of the first seeds."""
     from headspec.conventions.saddles import find_saddles
 
-    k = min(int(p["saddle_seeds"]), sim.sizes["seed"])
-    return [(i, find_saddles(sim, i, n=int(p["saddle_n"]), eta2=True)) for i in range(k)]
+    k = min(int(p.saddle_seeds), sim.sizes["seed"])
+    return [(i, find_saddles(sim, i, n=int(p.saddle_n), eta2=True)) for i in range(k)]
 
 
 def _common_phase(ctx: Context, sim, saddles) -> None:
     p = ctx.params
     t, Q = sim.t.values, sim.Q.values
-    together = analysis.unspecialised(Q, p["common_cos"])  # (S, T)
+    together = analysis.unspecialised(Q, p.common_cos)  # (S, T)
     mean_dir = np.asarray(law_of(sim).mean(), float)  # E[θ] of the law itself (any law, probs)
     mean_dir = mean_dir / np.linalg.norm(mean_dir)
     along = (sim.cos.values @ mean_dir).min(-1)  # (S, T) worst head's cosine with K*E[θ]
-    joint = together & (along >= p["along_cos"])
+    joint = together & (along >= p.along_cos)
     k_all = np.flatnonzero(joint.all(0))
     fp = [s for _, ss in saddles for s in ss if len(s.groups) == 1]  # the one-group saddles
     fp_cos = [float(np.asarray(s.state.M)[0] @ mean_dir / np.sqrt(np.asarray(s.state.Q)[0, 0]))
@@ -61,12 +84,12 @@ def _common_phase(ctx: Context, sim, saddles) -> None:
     ctx.claim(Claim(
         "E1.common_phase",
         "Heads first move together toward the mean direction K*E[θ]",
-        f"record-grid points at which, in every seed, all heads are within cos {p['common_cos']} "
-        f"of their mean and ≥ {p['along_cos']} along K*E[θ]",
+        f"record-grid points at which, in every seed, all heads are within cos {p.common_cos} "
+        f"of their mean and ≥ {p.along_cos} along K*E[θ]",
         k_all.size, 0.0,
         Tolerance("at_least", 1, why=f"at least one such time; thresholds cos ≥ "
-                  f"{p['common_cos']} between heads (random start: ≈ 0.57 with their mean) and ≥ "
-                  f"{p['along_cos']} with K*E[θ]: the common fixed point itself is not exactly "
+                  f"{p.common_cos} between heads (random start: ≈ 0.57 with their mean) and ≥ "
+                  f"{p.along_cos} with K*E[θ]: the common fixed point itself is not exactly "
                   "along E[θ] (its cosine is given), so the threshold sits below it"),
         unit="grid points",
         detail=("never" if k_all.size == 0
@@ -101,7 +124,7 @@ def _staggered(ctx: Context, t, ode_t, ts_sim, ts_ode, p) -> None:
     ctx.claim(Claim(
         "E1.split",
         "Then the heads split and align with latent directions one after another",
-        f"seeds in which some head left the common direction (cos < {p['common_cos']} with the "
+        f"seeds in which some head left the common direction (cos < {p.common_cos} with the "
         "heads' mean) by T",
         n_split, 0.0,
         Tolerance("at_least", len(first), why="every seed must leave the common phase before T "
@@ -115,7 +138,7 @@ def _staggered(ctx: Context, t, ode_t, ts_sim, ts_ode, p) -> None:
     k = np.clip(np.searchsorted(t, np.nan_to_num(first, nan=T)), 1, t.size - 1)
     dt = t[k] - t[k - 1]
     resolved = np.isfinite(gap) & (gap > 2 * dt)
-    frac = p["stagger_frac"]
+    frac = p.stagger_frac
     go = _gaps(ts_ode)
     ctx.claim(Claim(
         "E1.staggered",
@@ -144,20 +167,20 @@ def _between_drops(t, r, pl, drop: float) -> bool:
 def _plateaus(ctx: Context, sim, p) -> list[dict]:
     t = sim.t.values
     R = sim.risk.values  # (S, T)
-    kw = {"max_slope": p["plateau_slope"], "min_decades": p["plateau_decades"]}
+    kw = {"max_slope": p.plateau_slope, "min_decades": p.plateau_decades}
     per_seed = [
-        [q for q in analysis.plateaus(t, r, **kw) if _between_drops(t, r, q, p["drop"])] for r in R
+        [q for q in analysis.plateaus(t, r, **kw) if _between_drops(t, r, q, p.drop)] for r in R
     ]
     mean = sim.risk.mean("seed").values
     pls = analysis.plateaus(t, mean, **kw)
-    between = [q for q in pls if _between_drops(t, mean, q, p["drop"])]
-    why = (f"a drop ≥ {p['drop']} is ≥ 10× the seed-to-seed s.e. of the risk on the plateau at "
+    between = [q for q in pls if _between_drops(t, mean, q, p.drop)]
+    why = (f"a drop ≥ {p.drop} is ≥ 10× the seed-to-seed s.e. of the risk on the plateau at "
            "this D; every seed must show one, and the seed mean too")  # fmt: skip
     ctx.claim(Claim(
         "E1.plateaus",
         "The risk shows plateaus between drops",
-        f"flat stretches (≤ {p['plateau_slope']} per decade over ≥ {p['plateau_decades']} "
-        f"decades) with a drop ≥ {p['drop']} before and after: of the seed mean, and per seed",
+        f"flat stretches (≤ {p.plateau_slope} per decade over ≥ {p.plateau_decades} "
+        f"decades) with a drop ≥ {p.drop} before and after: of the seed mean, and per seed",
         detail="mean: " + ("; ".join(f"{_fmt(q['level'], 4)} on [{_fmt(q['t_start'])}, "
                                      f"{_fmt(q['t_end'])}]" for q in between) or "none")
         + "; plateaus per seed: " + ", ".join(str(len(s)) for s in per_seed),
@@ -194,7 +217,6 @@ def _saddle_levels(ctx: Context, saddles, ode, D: int, T: float, p) -> None:
             )
             if inner and s.unstable:  # a saddle the run passed by (not where it ended)
                 devs.append(abs(s.level - s.risk) / s.risk)
-    tol = p["saddle_tol"]
     ctx.claim(Claim(
         "E1.saddle_levels",
         "Each plateau sits at the risk of a fixed point of the ODE (saddle to saddle)",
@@ -202,8 +224,7 @@ def _saddle_levels(ctx: Context, saddles, ode, D: int, T: float, p) -> None:
         "is polished into (as `headspec saddles --from`, full drift, heads grouped at cos 0.98; "
         "groups of identical heads), over the unstable ones the run passed by",
         max(devs) if devs else float("nan"), 0.0,
-        Tolerance("at_most", tol, set_after_data=True, why="raised from 1 % after a first run "
-                  "gave 1.06 %, for this reason: the run passes near, not through, the saddle "
+        p.tolerance("at_most", "saddle_tol", why="the run passes near, not through, the saddle "
                   "(slow stable modes; it is still O(0.1–1) away in (M, Q, b) when it escapes, "
                   "and with the η² term the fixed point is not a stationary point of the risk): "
                   "the D → ∞ ODE from the same state is itself ≈ 0.8 % above it on the stretch "
@@ -222,9 +243,9 @@ def _ode_vs_sim(ctx, sim, ode, dev_all, D, p) -> None:
     th = align_time(sim, ode)
     c = np.minimum(analysis.head_mean_cosine(sim.Q.values).min(-1),
                    analysis.head_mean_cosine(th.Q.values).min(-1))  # (S, T)  # fmt: skip
-    together = np.all(c >= p["window_cos"], axis=0)  # every seed's heads that close, sim and ODE
+    together = np.all(c >= p.window_cos, axis=0)  # every seed's heads that close, sim and ODE
     k0 = int(np.argmax(together)) if together.any() else 0
-    gone = np.flatnonzero((t > t[k0]) & np.any(c < p["window_cos"], axis=0))
+    gone = np.flatnonzero((t > t[k0]) & np.any(c < p.window_cos, axis=0))
     k1 = int(gone[0]) - 1 if gone.size else t.size - 1
     until = float(t[max(k1, 0)])
     dev = analysis.compare(sim, ode, until=until)
@@ -238,7 +259,7 @@ def _ode_vs_sim(ctx, sim, ode, dev_all, D, p) -> None:
         "The D → ∞ ODE predicts the simulation up to specialisation",
         f"largest deviation of the seed means, ODE from each seed's initial state, up to "
         f"t = {_fmt(until)} (before some head's cosine with the heads' mean falls below "
-        f"{p['window_cos']} in a seed: the escape begins; D = {D}, {sim.sizes['seed']} seeds, "
+        f"{p.window_cos} in a seed: the escape begins; D = {D}, {sim.sizes['seed']} seeds, "
         f"ODE with {results.config_of(ode)['theory']['n']} × H head-cyclic drift samples)",
         detail=f"s.e. of the simulation's mean risk there {se:.1e}; |ΔM| "
         f"{dev['M']['max_dev']:.3f}, |ΔQ| {dev['Q']['max_dev']:.3f}, |Δcos| "
@@ -253,9 +274,9 @@ def _ode_vs_sim(ctx, sim, ode, dev_all, D, p) -> None:
         f"{dev_all['Q']['max_dev']:.2f}",
         all_of=(
             Claim("E1.ode.risk", "risk", "largest relative deviation of the seed-mean risk", r,
-                  0.0, Tolerance("at_most", p["ode_risk_tol"], why=why), unit="%"),
+                  0.0, Tolerance("at_most", p.ode_risk_tol, why=why), unit="%"),
             Claim("E1.ode.overlaps", "overlaps", "largest absolute deviation of the seed means "
-                  "of M, Q and cos", ov, 0.0, Tolerance("at_most", p["ode_overlap_tol"], why=why)),
+                  "of M, Q and cos", ov, 0.0, Tolerance("at_most", p.ode_overlap_tol, why=why)),
         ),
     ))  # fmt: skip
 

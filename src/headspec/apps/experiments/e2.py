@@ -10,22 +10,42 @@ the saddle theory's slope 1/(2λ), λ the leading unstable rate of the common ph
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import numpy as np
+from pydantic import Field
 
 from headspec.apps.experiments.base import Context, Run, _first_crossing, _fmt, _mean_se
 from headspec.apps.experiments.claims import Claim, Tolerance
+from headspec.apps.experiments.params import Cosine, Count, Positive, RecipeParams
+from headspec.apps.experiments.registry import recipe
 from headspec.conventions import results
 from headspec.conventions.runs import law_of
 from headspec.dynamics import analysis
 
 
+class Params(RecipeParams):
+    """E2's parameters (``[experiment]`` of ``e2_order.toml``; the log-D task: ``[logd]``)."""
+
+    pickup_cos: Cosine = Field(description="a feature is picked up at this |cos| with some head")
+    seeds: Count = Field(description="seeds of the order run")
+    dims: list[Annotated[int, Field(ge=2)]] = Field(min_length=2, description="the log-D law's D")
+    logd_seeds: Count = Field(description="seeds per D of the log-D law")
+    logd_T: Positive = Field(description="horizon of the log-D runs (censored beyond)")
+    logd_dt: Positive = Field(description="record spacing of the log-D runs")
+    spec_cos: Cosine = Field(description="specialised: a head's cosine with the mean below this")
+    saddle_n: Count = Field(description="Sobol base samples of the saddle's Jacobian")
+    consistency_k: Positive = Field(description="|slope − 1/(2λ)| ≤ this × combined s.e.")
+
+
+@recipe("E2", "e2_order.toml", Params)
 def run(ctx: Context):
     """Order of feature pick-up (simulation and ODE) and the log-D law of specialisation."""
     p = ctx.params
-    sim, ode, dev = ctx.paired([Run("order", "simulate", (f"seeds={p['seeds']}",))])["order"]
+    sim, ode, dev = ctx.paired([Run("order", "simulate", (f"seeds={p.seeds}",))])["order"]
     var = np.diag(np.asarray(law_of(sim).cov(), float))  # Var θ_f (law given by var or cov)
     order = np.argsort(-var)
-    picks_sim, picks_ode = _pickups(sim, p["pickup_cos"]), _pickups(ode, p["pickup_cos"])
+    picks_sim, picks_ode = _pickups(sim, p.pickup_cos), _pickups(ode, p.pickup_cos)
     _order_claim(ctx, sim, var, order, picks_sim, picks_ode, dev)
     dims, times, T, example = _logd_runs(ctx)
     fit = _logd_fit(ctx, dims, times, T, example)
@@ -78,7 +98,7 @@ def _order_claim(ctx, sim, var, order, picks_sim, picks_ode, dev) -> None:
     ctx.claim(Claim(
         "E2.order",
         "Heads pick up features in decreasing order of Var θ_f; later features take longer",
-        f"first t where some head has |cos| ≥ {p['pickup_cos']} with feature f, in decreasing "
+        f"first t where some head has |cos| ≥ {p.pickup_cos} with feature f, in decreasing "
         f"Var θ_f = {', '.join(_fmt(var[f]) for f in order)} (mean ± s.e.; D = {D}, "
         f"{sim.sizes['seed']} seeds; ODE from each seed's initial state)",
         detail=f"pick-up times: simulation {row(picks_sim)}; ODE {row(picks_ode)}. ODE vs "
@@ -94,12 +114,12 @@ def _logd_runs(ctx: Context):
     censored at T), T and the largest D's result (whose common phase gives the saddle)."""
     p = ctx.params
     logd = ctx.spec.get("logd", {})
-    dims = [int(d) for d in p["dims"]]
-    T = float(p["logd_T"])
+    dims = [int(d) for d in p.dims]
+    T = float(p.logd_T)
     runs = [
         Run(f"logD_{D}", "simulate",
-            (f"task.D={D}", f"seeds={p['logd_seeds']}", f"train.T={T}",
-             "record.grid='linear'", f"record.points={round(T / p['logd_dt'])}",
+            (f"task.D={D}", f"seeds={p.logd_seeds}", f"train.T={T}",
+             "record.grid='linear'", f"record.points={round(T / p.logd_dt)}",
              "record.n_mc=64"),
             extra=logd)
         for D in dims
@@ -108,8 +128,8 @@ def _logd_runs(ctx: Context):
     times = []
     for D in dims:
         ds = out[f"logD_{D}"]
-        ts = analysis.specialisation_times(ds.t.values, ds.Q.values, p["spec_cos"])  # (S, H)
-        common = analysis.unspecialised(ds.Q.values, p["spec_cos"]).any(-1)
+        ts = analysis.specialisation_times(ds.t.values, ds.Q.values, p.spec_cos)  # (S, H)
+        common = analysis.unspecialised(ds.Q.values, p.spec_cos).any(-1)
         first = np.nanmin(np.where(np.isnan(ts), np.inf, ts), axis=1)  # +inf: censored at T
         times.append(np.where(common, first, np.nan))  # NaN: never reached the common phase
     return dims, times, T, out[f"logD_{dims[-1]}"]
@@ -182,7 +202,7 @@ def _logd_fit(ctx: Context, dims, times, T, example) -> dict:
     ok = np.isfinite(med) & np.isfinite(se) & (se > 0)
     lnD = np.log(np.asarray(dims, float))
     fit = wls(lnD[ok], med[ok], se[ok]) if ok.sum() >= 3 else None
-    pred = predicted_slope(example, 0, int(p["saddle_n"]))
+    pred = predicted_slope(example, 0, int(p.saddle_n))
     cens = [int(np.isinf(x).sum()) for x in times]
     per_d = ", ".join(f"D = {d}: {_fmt(m)} ± {_fmt(s, 2)}" + (f" ({c} censored)" if c else "")
                       for d, m, s, c in zip(dims, med, se, cens, strict=True))  # fmt: skip
@@ -200,14 +220,14 @@ def _logd_fit(ctx: Context, dims, times, T, example) -> dict:
                    f"{_fmt(slope)} ± {_fmt(slope_se, 2)} (λ = {pred['lambda']:.4f} ± "
                    f"{pred['lambda_se']:.4f})")  # fmt: skip
     why = (
-        f"b > 3 s.e. (growth), and |b − 1/(2λ)| ≤ {p['consistency_k']} × √(s.e.(b)² + "
+        f"b > 3 s.e. (growth), and |b − 1/(2λ)| ≤ {p.consistency_k} × √(s.e.(b)² + "
         "s.e.(1/(2λ))²) (consistency at ≈ 95 %; s.e.(b) inflated by √(χ²/dof) when > 1)"
     )
     ctx.claim(Claim(
         "E2.log_d",
         "The time to specialise grows like log D, with the saddle theory's slope 1/(2λ)",
-        f"first head's specialisation time (cos < {p['spec_cos']} with the heads' mean, after "
-        f"the common phase; censored at T = {_fmt(T)}), median over {p['logd_seeds']} seeds "
+        f"first head's specialisation time (cos < {p.spec_cos} with the heads' mean, after "
+        f"the common phase; censored at T = {_fmt(T)}), median over {p.logd_seeds} seeds "
         "per D with a bootstrap s.e.; weighted least squares t_spec = a + b·ln D (natural log) "
         "on the medians; λ the leading unstable eigenvalue of the common phase's fixed point",
         detail=detail,
@@ -215,7 +235,7 @@ def _logd_fit(ctx: Context, dims, times, T, example) -> dict:
             Claim("E2.log_d.growth", "grows", "slope b per unit ln D", b, bse,
                   Tolerance("above", 0.0, k=3, why=why)),
             Claim("E2.log_d.saddle", "at the saddle theory's slope", "b − 1/(2λ), s.e. combined",
-                  b - slope, comb, Tolerance("within", 0.0, k=p["consistency_k"], why=why)),
+                  b - slope, comb, Tolerance("within", 0.0, k=p.consistency_k, why=why)),
         ),
     ))  # fmt: skip
     return {"fit": fit, "pred": pred, "med": med, "se": se}
@@ -238,7 +258,7 @@ def _figure(ctx: Context, sim, ode, var, order, dims, times, res) -> None:
     a1.set_xscale("log")
     a1.set_xlabel("t")
     a1.set_ylabel("max over heads |cos(k_h, k*_f)|, mean over seeds")
-    a1.axhline(p["pickup_cos"], color="0.5", ls=":")
+    a1.axhline(p.pickup_cos, color="0.5", ls=":")
     a1.legend(fontsize="x-small")
     D = int(results.config_of(sim)["task"]["D"])
     a1.set_title(f"order of pick-up: simulation (D = {D}) vs ODE", fontsize="medium")

@@ -15,36 +15,71 @@ helpers shared with E3 are in ``annealed``).
 from __future__ import annotations
 
 import numpy as np
+from pydantic import Field
 
 from headspec.apps.experiments.annealed import (
-    eta_end,
-    eta_limit,
+    AnnealParams,
+    anneal_run,
     final_excess,
     overlay_risk,
     pct,
     rb_on_record_base,
-    reach_claims,
+    reach_annealed,
     risk_dev_text,
-    schedule_override,
 )
-from headspec.apps.experiments.base import Context, Run, _fmt
+from headspec.apps.experiments.base import Context, Run, _fmt, ode_beside
 from headspec.apps.experiments.claims import Claim, Tolerance
+from headspec.apps.experiments.params import Cosine, Count, Positive
+from headspec.apps.experiments.registry import recipe
 from headspec.conventions.config import TheoryConfig
 
 
+class Params(AnnealParams):
+    """E4's parameters (``[experiment]`` of ``e4_bayes_softmax.toml``)."""
+
+    samples: Count = Field(description="common samples of the constructed-vs-posterior check")
+    contrast_lr: Positive = Field(description="a second constant η (theory only)")
+    pm_cos: Cosine = Field(description="± directions: matched cosine at least this")
+
+
+@recipe("E4", "e4_bayes_softmax.toml", Params)
 def run(ctx: Context):
     """Constructed Bayes-softmax vs the posterior; trained Bayes-softmax (annealed and constant η,
     simulation beside the ODE) vs R_B; ± directions of the trained heads."""
-    import jax
-    from matplotlib.figure import Figure
+    p = ctx.params
+    law = _constructed(ctx)
+    D, lr = int(ctx.config["task"]["D"]), float(ctx.config["train"]["lr"])
+    const = Run("const", "simulate", (f"seeds={p.seeds}",))
+    pairs = ctx.paired([const, anneal_run("anneal", p)])
+    c2 = ctx.theory_of(const, f"train.lr={p.contrast_lr}")
+    ode_lr2 = ctx.runs([Run("const_lr2_ode", "theory", c2.overrides, c2.extra)])["const_lr2_ode"]
+    n = p.excess_samples
+    ex = {k: {"sim": final_excess(v[0], n), "ode": final_excess(v[1], n)} for k, v in pairs.items()}
+    reach_annealed(ctx, "E4", "", p, pairs["anneal"], ex["anneal"], ex["const"], D, lr)
+    _shrinks(ctx, ex["const"]["ode"], final_excess(ode_lr2, n), lr, p.contrast_lr)
+    _pm_directions(ctx, pairs["anneal"], np.asarray(law.atoms, dtype=float), D)
+    for k, (_sim, _ode, dev) in pairs.items():
+        gap = pct(ex[k]["sim"]["mean"] - ex[k]["ode"]["mean"])
+        ode_beside(
+            ctx,
+            f"E4.ode_beside.{k}",
+            f"{k}, D = {D}",
+            dev["risk"]["max_dev"],
+            f"{risk_dev_text(dev)}; final excess sim − ODE {gap}; the largest deviation "
+            "sits at the drop, whose time fluctuates by O(ln D) between SGD and the ODE",
+        )
+    _figure(ctx, pairs, ode_lr2, D, lr)
 
-    from headspec.dynamics import analysis
+
+def _constructed(ctx: Context):
+    """The claim that the constructed Bayes-softmax attains R_B; returns the law."""
+    import jax
+
     from headspec.dynamics.bayes import Posterior, constructed_bayes_softmax, estimate_risks
 
-    p = ctx.params
     cfg = ctx.cfg(TheoryConfig, "constructed", "seeds=1")
     law = cfg.task.latent.build()
-    n_c = int(p["samples"])
+    n_c = ctx.params.samples
     est, samples = estimate_risks(
         jax.random.key(0), law, cfg.task.L,
         {"bayes": Posterior(law), "constructed": constructed_bayes_softmax(law)},
@@ -64,30 +99,13 @@ def run(ctx: Context):
         detail=f"R_B = {_fmt(est['bayes'].mean, 5)} ± {_fmt(est['bayes'].se, 2)}; the paired s.e. "
         f"of the risk difference is {se_d:.1e}, against R_B's own s.e. {est['bayes'].se:.1e}",
     ))  # fmt: skip
+    return law
 
-    seeds, D, lr = int(p["seeds"]), int(ctx.config["task"]["D"]), float(ctx.config["train"]["lr"])
-    t0, power, Ta = float(p["anneal_t0"]), float(p.get("anneal_power", 1.0)), float(p["anneal_T"])
-    const = Run("const", "simulate", (f"seeds={seeds}",))
-    anneal = Run("anneal", "simulate", (f"seeds={seeds}", f"train.T={Ta}",
-                                        schedule_override(t0, power)))  # fmt: skip
-    pairs = ctx.paired([const, anneal])
-    lr2 = float(p["contrast_lr"])
-    c2 = ctx.theory_of(const, f"train.lr={lr2}")
-    ode_lr2 = ctx.runs([Run("const_lr2_ode", "theory", c2.overrides, c2.extra)])["const_lr2_ode"]
-    n = int(p["excess_samples"])
-    ex = {k: final_excess(v[0], n) for k, v in pairs.items()}
-    exo = {k: final_excess(v[1], n) for k, v in pairs.items()}
-    ex_lr2 = final_excess(ode_lr2, n)
-    eta_T = eta_end(lr, t0, power, Ta)
-    eta_of = lambda t: eta_end(lr, t0, power, t)  # noqa: E731
-    lims = {k: eta_limit(pairs["anneal"][i], n, eta_of) for i, k in enumerate(("sim", "ode"))}
-    reach_claims(ctx, "E4", "", ex["anneal"], exo["anneal"], lims["sim"], lims["ode"], ex["const"],
-                 exo["const"], D, eta_T, float(p["aim"]))  # fmt: skip
 
-    # the O(η) excess shrinks with η (theory, same initial states)
-    x1, x2 = exo["const"]["mean"], ex_lr2["mean"]
-
-    se12 = float(np.hypot(exo["const"]["se"], ex_lr2["se"]))
+def _shrinks(ctx: Context, ex1: dict, ex2: dict, lr: float, lr2: float) -> None:
+    """The O(η) excess shrinks with η (theory, same initial states)."""
+    x1, x2 = ex1["mean"], ex2["mean"]
+    se12 = float(np.hypot(ex1["se"], ex2["se"]))
     ratio = x2 / x1 if x1 else float("nan")
     ctx.claim(Claim(
         "E4.shrinks",
@@ -103,11 +121,14 @@ def run(ctx: Context):
         "residual",
     ))  # fmt: skip
 
-    # ± directions: Hungarian match of the final heads to the atoms ±a
-    atoms = np.asarray(law.atoms, dtype=float)
-    thr = float(p["pm_cos"])
+
+def _pm_directions(ctx: Context, pair, atoms: np.ndarray, D: int) -> None:
+    """± directions: Hungarian match of the final heads to the atoms ±a (simulation, ODE)."""
+    from headspec.dynamics import analysis
+
+    thr = ctx.params.pm_cos
     rows = []
-    for kind, ds in (("simulation", pairs["anneal"][0]), ("ODE", pairs["anneal"][1])):
+    for kind, ds in (("simulation", pair[0]), ("ODE", pair[1])):
         last = ds.isel(t=-1)
         cos_ok = []
         for s in range(ds.sizes["seed"]):
@@ -116,12 +137,11 @@ def run(ctx: Context):
             c = analysis.atom_cosines(M, Q, atoms)[h, j]
             cos_ok.append(len(set(j.tolist())) == len(atoms) and bool(np.all(c >= thr)))
             rows.append((kind, int(ds.seed.values[s]), *(f"{x:.3f}" for x in c)))
-        rows_ok = int(np.sum(cos_ok))
         ctx.claim(Claim(
             f"E4.pm_directions.{'sim' if kind == 'simulation' else 'ode'}",
             f"The two heads take the + and − directions of the feature ({kind})",
             f"seeds whose heads match the atoms +a and −a one to one (Hungarian) with cos ≥ {thr}",
-            rows_ok, 0.0,
+            int(np.sum(cos_ok)), 0.0,
             Tolerance("at_least", len(cos_ok), why=f"every seed; cos ≥ {thr}: at the optimum "
                       "k_h = ±K*a exactly (cos 1); a head still shared between both directions or "
                       "unspecialised has cos ≈ 0 with each, and the O(1/√D) = "
@@ -132,26 +152,20 @@ def run(ctx: Context):
     ctx.outcome.table = rows
     ctx.outcome.table_header = ("run", "seed", *(f"cos(head, atom {j})" for j in range(len(atoms))))
 
-    # deviations
-    for k, (_sim, _ode, dev) in pairs.items():
-        ctx.claim(Claim(
-            f"E4.ode_beside.{k}",
-            f"ODE beside the simulation ({k}, D = {D})",
-            "largest relative deviation of the seed-mean risk, ODE from simulation, over the run",
-            dev["risk"]["max_dev"], unit="%",
-            detail=f"{risk_dev_text(dev)}; final excess sim − ODE "
-            f"{pct(ex[k]['mean'] - exo[k]['mean'])}; the largest deviation sits at the drop, "
-            "whose time fluctuates by O(ln D) between SGD and the ODE",
-        ))  # fmt: skip
 
+def _figure(ctx: Context, pairs: dict, ode_lr2, D: int, lr: float) -> None:
+    from matplotlib.figure import Figure
+
+    p = ctx.params
+    thr = p.pm_cos
     fig = Figure(figsize=(12.5, 4.2), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
     rb = rb_on_record_base(pairs["const"][0])
     overlay_risk(ax1, *pairs["const"][:2], "C0", f"constant η = {lr:g}")
-    overlay_risk(ax1, *pairs["anneal"][:2], "C2", f"annealed (t0 = {t0:g})", rb)
+    overlay_risk(ax1, *pairs["anneal"][:2], "C2", f"annealed (t0 = {p.anneal_t0:g})", rb)
     to = ode_lr2.t.values
     ax1.plot(to[to > 0], ode_lr2.risk.mean("seed").values[to > 0], color="C1", ls="--", lw=1.4,
-             label=f"constant η = {lr2:g} (ODE)")  # fmt: skip
+             label=f"constant η = {p.contrast_lr:g} (ODE)")  # fmt: skip
     ax1.set_ylabel("risk")
     ax1.set_yscale("log")
     ax1.set_title(f"H = 2 Bayes-softmax, flipped spike, D = {D} (dotted: R_B on the curves' "

@@ -11,10 +11,15 @@ combination: its feature participation), and the number of groups over time.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
+from pydantic import Field
 
 from headspec.apps.experiments.base import Context, Run, _fmt
 from headspec.apps.experiments.claims import Claim, Tolerance
+from headspec.apps.experiments.params import Cosine, Count, Positive, RecipeParams
+from headspec.apps.experiments.registry import recipe
 from headspec.dynamics import representation as rep
 
 ACTIVATIONS = ("softmax", "softmax1", "bayes_softmax")
@@ -36,25 +41,25 @@ def shape(M, Q, atoms, p) -> dict:
     C = rep.head_cosines(Q)
     cf = rep.feature_cosines(M, Q)
     span = rep.span_fraction(M, Q)
-    labels = rep.cluster_heads(C, span, p["same"], p["active"])
+    labels = rep.cluster_heads(C, span, p.same, p.active)
     active = labels >= 0
     gc = rep.group_cosines(C, labels)
-    lines = rep.pair_lines(gc, -p["same"])
+    lines = rep.pair_lines(gc, -p.same)
     G = gc.shape[0]
     opposite = {frozenset(x) for x in lines}
     others = [abs(gc[i, j]) for i in range(G) for j in range(i + 1, G)
               if frozenset((i, j)) not in opposite]  # fmt: skip
     neff = rep.feature_participation(cf)[active]
     ac = np.nan_to_num(cf @ atoms.T / np.linalg.norm(atoms, axis=1))  # (H, 2F) cos with atoms
-    on = ac.max(1) >= p["pure"]  # a head on an atom (a pure ± feature direction)
+    on = ac.max(1) >= p.pure  # a head on an atom (a pure ± feature direction)
     covered = np.array([np.any(on & (ac.argmax(1) == j)) for j in range(len(atoms))])
     return {
         "labels": labels, "cf": cf, "groups": G, "idle": int((~active).sum()),
         "sizes": [int((labels == g).sum()) for g in range(G)], "lines": lines,
         "max_other": max(others) if others else 0.0,
-        "orthogonal": bool(all(o <= p["orth"] for o in others)) and G > 1,
+        "orthogonal": bool(all(o <= p.orth for o in others)) and G > 1,
         "neff": float(np.mean(neff)) if neff.size else float("nan"),
-        "combination": bool(neff.size and np.all(neff >= p["combo"])),
+        "combination": bool(neff.size and np.all(neff >= p.combo)),
         "pure": int(on[active].sum()), "active": int(active.sum()),
         "pm_pairs": bool(active.any() and on[active].all() and covered.all()),
     }  # fmt: skip
@@ -75,7 +80,7 @@ def history(ds, s: int, p) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Number of groups, mean feature participation of the active heads and the group labels
     (T, H) over time, for seed index s."""
     M, Q = ds.M.values[s], ds.Q.values[s]
-    counts, labels = rep.grouping_history(M, Q, p["same"], p["active"])
+    counts, labels = rep.grouping_history(M, Q, p.same, p.active)
     neff = rep.feature_participation(rep.feature_cosines(M, Q))
     with np.errstate(invalid="ignore"):
         mean = np.array([np.mean(n[lab >= 0]) if np.any(lab >= 0) else np.nan
@@ -93,17 +98,37 @@ def _sequence(t, counts) -> str:
     return " → ".join(f"{c} (t = {_fmt(tt, 2)})" for c, tt in fr.items()) or "no group"
 
 
+class Params(RecipeParams):
+    """E7's parameters (``[experiment]`` of ``e7_representation.toml``)."""
+
+    a: Positive = Field(description="atom amplitude |θ|")
+    settings: list[tuple[Count, Count]] = Field(min_length=1, description="(F, H) pairs")
+    activations: list[Literal["softmax", "softmax1", "bayes_softmax"]] = Field(
+        list(ACTIVATIONS), min_length=1, description="the activations on each setting"
+    )
+    seeds: Count = Field(description="seeds per run")
+    ode_seeds: int | None = Field(None, ge=0, description="seeds with the ODE beside (None: all)")
+    same: Cosine = Field(description="two heads are one group at this cosine")
+    active: float = Field(ge=0, le=1, description="a head counts with this share of its key in "
+                          "the feature span")  # fmt: skip
+    orth: float = Field(ge=0, le=1, description="group means orthogonal: |cos| at most")
+    combo: float = Field(ge=1, description="a combination: feature participation at least")
+    pure: Cosine = Field(description="a head on an atom: cosine at least")
+    ode_cos: Positive = Field(description="ODE vs simulation: final cosines within this")
+
+
+@recipe("E7", "e7_representation.toml", Params)
 def run(ctx: Context):
     """Sim + ODE per (F, H, activation); final shapes, verdicts, figures, per-seed table."""
     p = ctx.params
-    S, n_ode = int(p["seeds"]), int(p.get("ode_seeds", p["seeds"]))
-    settings = [tuple(x) for x in p["settings"]]
+    S, n_ode = int(p.seeds), int(p.seeds if p.ode_seeds is None else p.ode_seeds)
+    settings = [tuple(x) for x in p.settings]
     batch, meta = [], {}
     for F, H in settings:
-        for act in p.get("activations", ACTIVATIONS):
+        for act in p.activations:
             name = f"F{F}_H{H}_{act}"
             ov = (f"seeds={S}", f"model.H={H}", f'model.activation="{act}"')
-            extra = {"task": {"latent": isotropic_latent(F, p["a"])}}
+            extra = {"task": {"latent": isotropic_latent(F, p.a)}}
             batch.append(Run(name, "simulate", ov, extra))
             meta[name] = (F, H, act)
     seed0 = int(ctx.config.get("seed", 0))
@@ -145,20 +170,20 @@ def run(ctx: Context):
 def _claims(ctx: Context, shapes: dict, meta: dict, p, S: int):
     D = ctx.config["task"]["D"]
     why_orth = (
-        f"|cos| ≤ {p['orth']} between the means of groups that are not the ± ends of one line, in "
+        f"|cos| ≤ {p.orth} between the means of groups that are not the ± ends of one line, in "
         f"at least half of the seeds: the distinct arrangements it must tell apart differ by ≥ 1/3 "
         f"in cosine (tetrahedral −1/3, e_f·(e_f+e_g)/√2 = 0.71), the finite-D spread of a learned "
         f"overlap is O(1/√D) = {1 / np.sqrt(D):.3f} at D = {D}; groups: head cosine ≥ "
-        f"{p['same']} (a learned key's cosine with its target is ≈ 0.98 at this η; distinct "
+        f"{p.same} (a learned key's cosine with its target is ≈ 0.98 at this η; distinct "
         f"directions of ±e_f combinations are ≤ 0.82 apart)"
     )
     why_combo = (
-        f"every active head has feature participation n_eff ≥ {p['combo']} (1: pure feature, "
-        f"2: equal mix of two; {p['combo']} = 27° off a feature axis, far beyond the O(1/√D) "
+        f"every active head has feature participation n_eff ≥ {p.combo} (1: pure feature, "
+        f"2: equal mix of two; {p.combo} = 27° off a feature axis, far beyond the O(1/√D) "
         "spread)"
     )
     why_pm = (
-        f"every active head has cos ≥ {p['pure']} with one atom ±a·e_f and every atom has a "
+        f"every active head has cos ≥ {p.pure} with one atom ±a·e_f and every atom has a "
         "head, in at least half of the seeds (learned keys reach ≈ 0.98 at this η; a mix of two "
         "features has ≤ 0.71)"
     )
@@ -207,7 +232,7 @@ def _claims(ctx: Context, shapes: dict, meta: dict, p, S: int):
             x = sh[sd - int(ctx.config.get("seed", 0))]
             ok = rep.same_partition(x["labels"], o["labels"])
             d = float(np.nanmax(np.abs(x["cf"] - o["cf"])))
-            agree += ok and d <= p["ode_cos"]
+            agree += ok and d <= p.ode_cos
             total += 1
             worst = max(worst, d)
     devs = [dev["cos"]["max_dev"] for _, _, dev in shapes.values()]
@@ -215,9 +240,9 @@ def _claims(ctx: Context, shapes: dict, meta: dict, p, S: int):
         "E7.ode_same",
         "The ODE from the same initial state learns the same representation",
         f"runs (setting × activation × ODE seed) with the same grouping and final head–feature "
-        f"cosines within {p['ode_cos']}",
+        f"cosines within {p.ode_cos}",
         agree, 0.0,
-        Tolerance("at_least", total, why=f"every run; |Δcos_hf| ≤ {p['ode_cos']} at the end: "
+        Tolerance("at_least", total, why=f"every run; |Δcos_hf| ≤ {p.ode_cos} at the end: "
                   f"O(1/√D) = {1 / np.sqrt(D):.3f} finite-D fluctuations, amplified near the "
                   "saddles the heads pass (timing of escapes); a different arrangement differs "
                   "by ≥ 0.3"),
@@ -320,7 +345,7 @@ def _figures(ctx: Context, res: dict, shapes: dict, meta: dict, settings, p):
                 axes[0, j].plot(to[to > 0], c[to > 0], color=colors[act], lw=1.6, ls="--",
                                 label=lab)  # fmt: skip
                 axes[1, j].plot(to[to > 0], n[to > 0], color=colors[act], lw=1.6, ls="--")
-        axes[0, j].set_title(f"F = {F}, H = {H}: groups of heads (cos ≥ {p['same']})",
+        axes[0, j].set_title(f"F = {F}, H = {H}: groups of heads (cos ≥ {p.same})",
                              fontsize="medium")  # fmt: skip
         axes[0, j].set_ylabel("number of groups")
         axes[1, j].set_ylabel("mean feature participation n_eff")

@@ -1,5 +1,9 @@
 """Running the recipes: find a recipe's TOML, run it with failures isolated, run them all.
 
+The recipes are those of the registry (:data:`headspec.apps.experiments.registry.RECIPES`,
+filled by the ``@recipe`` decorator of each ``e<number>.py``); :func:`check` validates every
+selected recipe's parameters before anything runs.
+
 The recipe TOMLs ship inside the package (``headspec/apps/experiments/recipes/``) and are read
 with :mod:`importlib.resources`, so ``headspec reproduce`` works from any directory of an
 installed package.
@@ -8,7 +12,6 @@ installed package.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import importlib.resources
 import threading
 import time
@@ -19,18 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from headspec.apps.experiments.base import Context, Outcome
+from headspec.apps.experiments.params import RecipeError, resolve
+from headspec.apps.experiments.registry import RECIPES, Recipe
 from headspec.apps.experiments.report import write_report
 from headspec.core.precision import float64_context
 
-EXPERIMENT_FILES = {
-    "E1": "e1_two_phases.toml",
-    "E2": "e2_order.toml",
-    "E3": "e3_activations.toml",
-    "E4": "e4_bayes_softmax.toml",
-    "E5": "e5_pruning.toml",
-    "E6": "e6_rearrangement.toml",
-    "E7": "e7_representation.toml",
-}
 SCALES = ("quick", "full")  # the scales of the paper's claims (recipes also have "smoke")
 TEST_SCALE = "smoke"  # tiny sizes, for tests: seconds per run, verdicts that mean nothing
 
@@ -41,10 +37,29 @@ def experiments_dir():
     return importlib.resources.files("headspec.apps.experiments") / "recipes"
 
 
-def _recipe(exp_id: str):
-    # Looked up on the package at call time, not bound at import: the recipe table is
-    # `headspec.apps.experiments.RECIPES`, and replacing it there (tests do) must take effect.
-    return importlib.import_module("headspec.apps.experiments").RECIPES[exp_id]
+def _recipe(exp_id: str) -> Recipe:
+    # looked up at call time: replacing an entry of the registry (tests do) takes effect
+    if exp_id not in RECIPES:
+        raise RecipeError(f"no recipe {exp_id!r}; fix: use one of {', '.join(RECIPES)}")
+    return RECIPES[exp_id]
+
+
+def load_spec(exp_id: str, folder=None) -> dict:
+    """The TOML of recipe ``exp_id`` (from ``folder``, default: the ones shipped)."""
+    with ((folder or experiments_dir()) / _recipe(exp_id).file).open("rb") as f:
+        return tomllib.load(f)
+
+
+def check(ids, scale: str, folder=None) -> None:
+    """Validate the parameters of recipes ``ids`` at ``scale``: a :class:`RecipeError` (file,
+    table, field and the fix) for the first that cannot run."""
+    for exp_id in ids:
+        r = _recipe(exp_id)
+        try:
+            spec = load_spec(exp_id, folder)
+        except tomllib.TOMLDecodeError as e:
+            raise RecipeError(f"{r.file}: not valid TOML ({e}); fix: correct its syntax") from None
+        resolve(spec, scale, r.params, r.file)
 
 
 def run_experiment(
@@ -60,14 +75,14 @@ def run_experiment(
 
     ``folder``: where the recipe TOMLs are (default: the ones shipped with the package);
     ``client``, ``log``, ``stop``: see :class:`~headspec.apps.experiments.base.Context`."""
-    folder = folder or experiments_dir()
     t0 = time.perf_counter()
     try:
-        with (folder / EXPERIMENT_FILES[exp_id]).open("rb") as f:
-            spec = tomllib.load(f)
-        ctx = Context(exp_id, spec, scale, outdir, client=client, log=log, stop=stop)
+        r = _recipe(exp_id)
+        spec = load_spec(exp_id, folder)
+        ctx = Context(exp_id, spec, scale, outdir, client=client, log=log, stop=stop,
+                      params=r.params, file=r.file)  # fmt: skip
         with float64_context():  # thread-local: each recipe thread of `reproduce` enters it
-            _recipe(exp_id)(ctx)
+            r.run(ctx)
         out = ctx.outcome
     except Exception as e:  # reported in the report, never hidden
         out = Outcome(exp_id, exp_id, error=f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
@@ -92,22 +107,25 @@ def reproduce(
     log: Callable[[str], None] | None = None,
     folder: Path | None = None,
 ) -> list[Outcome]:
-    """Run E1–E7 (or ``only``) at a scale and write the report; returns the outcomes.
+    """Run every registered recipe (or ``only``) at a scale, write the report; the outcomes.
 
     Runs go to the Dask scheduler at ``scheduler`` (an address), else, at the quick and full
     scales, to a local cluster of ``workers`` single-threaded processes (default: one per core),
     so that the independent runs of a recipe use every core; they run in this process with one
     core, with ``workers=1`` and at the smoke scale (unless ``workers`` > 1 is given). Finished
     runs in ``outdir/data`` with the same config are reused: an interrupted reproduction resumes.
+    Every selected recipe's parameters are validated first (:func:`check`: a
+    :class:`~headspec.apps.experiments.params.RecipeError` before anything runs).
 
     A ``KeyboardInterrupt`` (Ctrl-C) stops the reproduction within seconds: the recipe threads
     stop at their next run (their runs in progress on a local cluster end with it), every
     finished run stays in ``outdir/data``, no report is written, and the interrupt propagates."""
     from headspec.apps.sweep.cluster import available_cores, dask_client
 
+    ids = list(only or RECIPES)
+    check(ids, scale, folder)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
-    ids = list(only or EXPERIMENT_FILES)
     t0 = time.perf_counter()
     outcomes = []
     n = workers or available_cores()

@@ -226,6 +226,13 @@ class DiffusionOptions(StrictModel):
         "C/D − dt·C/n per unit time); needs n ≥ task.D·dt. false: fixed samples (common random "
         "numbers, any D), whose O(1/√n) drift error is a bias shared by every step and seed",
     )
+    noise_factor: float = Field(
+        1.0,
+        gt=0,
+        description="multiplies the injected noise: 1 is SGD's; another value is a deliberately "
+        "wrong noise (√2: covariance C × 2), which shows that a validation against the reduced "
+        "engine can fail (studies/diffusion_vs_reduced.py)",
+    )
 
 
 class _RunConfig(StrictModel):

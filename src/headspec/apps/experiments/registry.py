@@ -1,0 +1,75 @@
+"""The recipe registry: the one place a recipe is listed.
+
+A recipe module (``e1.py`` … in this package) registers its ``run(ctx)`` with the decorator
+:func:`recipe`, naming its id, its TOML (in ``recipes/``) and its parameter model::
+
+    @recipe("E8", "e8_signal.toml", Params)
+    def run(ctx: Context): ...
+
+The package imports every module named ``e<number>`` (:func:`load_all`), so adding a recipe is one
+module and one TOML: the runner, ``reproduce --only`` and the tests read :data:`RECIPES`, ordered
+by number (E1, E2, …, E10).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from headspec.apps.experiments.params import RecipeParams
+
+if TYPE_CHECKING:
+    from headspec.apps.experiments.base import Context
+
+_MODULE = re.compile(r"e\d+")
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """A registered recipe: ``id`` ("E1"), ``file`` (its TOML in ``recipes/``), ``run`` (the
+    function of a :class:`~headspec.apps.experiments.base.Context`) and ``params`` (its model)."""
+
+    id: str
+    file: str
+    run: Callable[[Context], None]
+    params: type[RecipeParams] = RecipeParams
+
+
+RECIPES: dict[str, Recipe] = {}
+
+
+def _number(exp_id: str) -> tuple[int, str]:
+    m = re.fullmatch(r"[A-Za-z]+(\d+)", exp_id)
+    return (int(m.group(1)) if m else 10**9, exp_id)
+
+
+def recipe(exp_id: str, file: str, params: type[RecipeParams] = RecipeParams):
+    """Register the decorated ``run(ctx)`` as recipe ``exp_id`` with TOML ``file``."""
+
+    def register(run: Callable[[Context], None]):
+        old = RECIPES.get(exp_id)
+        if old is not None and (old.run.__module__, old.run.__qualname__) != (
+            run.__module__,
+            run.__qualname__,
+        ):  # fmt: skip  (a module reloaded registers the same function again)
+            raise ValueError(f"recipe {exp_id} is registered twice ({old.run.__module__})")
+        RECIPES[exp_id] = Recipe(exp_id, file, run, params)
+        for k in sorted(RECIPES, key=_number):  # keep the table in the order of the numbers
+            RECIPES[k] = RECIPES.pop(k)
+        return run
+
+    return register
+
+
+def load_all() -> dict[str, Recipe]:
+    """Import every recipe module of the package (``e<number>.py``); returns :data:`RECIPES`."""
+    import headspec.apps.experiments as pkg
+
+    for m in pkgutil.iter_modules(pkg.__path__):
+        if _MODULE.fullmatch(m.name):
+            importlib.import_module(f"{pkg.__name__}.{m.name}")
+    return RECIPES
