@@ -212,15 +212,40 @@ def test_html_colours_the_verdicts_and_json_reads_back(tmp_path):
 
 
 def test_an_older_outcomes_json_is_refused_with_the_fix(tmp_path):
-    """docs/gallery's outcomes.json predates claims as data (claims as text, no ids): reading it
-    says so and how to regenerate it, instead of a KeyError deep in Claim.from_dict."""
+    """An outcomes.json from before claims were data (claims as text, no ids — the format of the
+    gallery until 2026-12-02): reading it says so and how to regenerate it, instead of a KeyError
+    deep in Claim.from_dict."""
     import json
-    import shutil
 
-    gallery = Path(__file__).parents[1] / "docs" / "gallery" / "outcomes.json"
-    data = json.loads(gallery.read_text(encoding="utf-8"))
-    if all("id" in c for e in data["experiments"] for c in e["claims"]):
-        pytest.skip("the gallery has been regenerated in today's format")
-    shutil.copy(gallery, tmp_path / "outcomes.json")
+    old_claim = {
+        "claim": "Heads first move together",
+        "quantity": "first t …",
+        "value": "t = 2.17",
+        "holds": True,
+        "note": "",
+        "tolerance": "cos ≥ 0.95",
+    }
+    data = {"scale": "quick", "seconds": 540.0, "environment": {},
+            "experiments": [{"id": "E1", "title": "Two phases", "seconds": 151.9, "error": None,
+                             "claims": [old_claim], "figures": [], "configs": []}]}  # fmt: skip
+    (tmp_path / "outcomes.json").write_text(json.dumps(data), encoding="utf-8")
     with pytest.raises(ValueError, match=r"older headspec .* fix: run `headspec reproduce` again"):
         read_outcomes(tmp_path)
+
+
+def test_the_committed_gallery_reads_back_with_its_verdicts():
+    """docs/gallery (the report the site and the README show) is in today's format: every claim
+    reads back, its verdict recomputed from its data equals the one written, and the report's
+    headline count is those verdicts'."""
+    import json
+    import re
+
+    gallery = Path(__file__).parents[1] / "docs" / "gallery"
+    outcomes = read_outcomes(gallery)
+    written = json.loads((gallery / "outcomes.json").read_text(encoding="utf-8"))
+    claims = [c for o in outcomes for c in o.claims]
+    stored = [c["verdict"] for e in written["experiments"] for c in e["claims"]]
+    assert [c.verdict for c in claims] == stored
+    head = (gallery / "index.md").read_text(encoding="utf-8")
+    hold, fail = map(int, re.search(r"(\d+) claims hold, (\d+) do not", head).groups())
+    assert (hold, fail) == (stored.count(True), stored.count(False))

@@ -106,7 +106,7 @@ def command_lines(text: str) -> list[list[str]]:
                 found.append(shlex.split(line, comments=True))
             elif "&& .venv/bin/headspec " in line:
                 found.append(shlex.split(line.split("&& ")[-1], comments=True))
-    for span in re.findall(r"`(headspec [^`]*)`", text):
+    for span in re.findall(r"(?<!\\)`(headspec [^`]*)`", text):  # not an escaped \` (reports)
         found.append(shlex.split(span.replace("[", " ").replace("]", " ")))
     return found
 

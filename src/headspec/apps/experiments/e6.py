@@ -301,7 +301,7 @@ def _claims(ctx: Context, k: str, res: dict, lab0: float, prep_here: list, class
         "uneven starts (ODE) ending even",
         moved_total, 0.0,
         tol if (n0 or prep_here) else None,  # nothing uneven to rearrange: measured only
-        unit=f"of {n0} seeds + {len(prep_here)} prepared",
+        unit=f"of {n0 + len(prep_here)} ({n0} seeds + {len(prep_here)} prepared)",
         detail=("STUCK: " if stuck else "")
         + f"simulation {s['n_moved']}/{n0}; ODE same inits {so['n_moved']}/{so['n_uneven0']};"
         f" prepared: {', '.join(prep_moved) or '–'}. "
