@@ -92,7 +92,7 @@ def test_reproduce_refuses_a_bad_recipe_before_running_anything(tmp_path, monkey
 
 def test_the_registry_refuses_a_second_recipe_under_one_id():
     def other(ctx):
-        pass
+        """Another recipe function under E1's id (its body never runs)."""
 
     with pytest.raises(ValueError, match="registered twice"):
         recipe("E1", "e1_two_phases.toml")(other)
