@@ -88,28 +88,21 @@ def check_site(root: Path) -> list[str]:
 
     for page, parsed in pages.items():
         name = page.relative_to(root).as_posix()
-        for url in parsed.images:
-            if _external(url):
-                continue
-            target, _ = target_of(page, url)
-            if not target.is_relative_to(root):
-                problems.append(f"{name}: image {url}: outside the site")
-            elif not target.is_file():
-                problems.append(f"{name}: image {url}: no such file in the site")
-            elif target.stat().st_size == 0:
-                problems.append(f"{name}: image {url}: the file is empty")
-        for url in parsed.links:
-            if _external(url):
-                continue
-            target, anchor = target_of(page, url)
-            if not target.is_relative_to(root):
-                problems.append(f"{name}: link {url}: outside the site")
-            elif not target.is_file():
-                problems.append(f"{name}: link {url}: no such file in the site")
-            elif anchor and target.suffix == ".html":
-                ids = pages[target].ids if target in pages else _parse(target).ids
-                if anchor not in ids:
-                    problems.append(f"{name}: link {url}: no anchor #{anchor} in that page")
+        for kind, urls in (("image", parsed.images), ("link", parsed.links)):
+            for url in urls:
+                if _external(url):
+                    continue
+                target, anchor = target_of(page, url)
+                if not target.is_relative_to(root):
+                    problems.append(f"{name}: {kind} {url}: outside the site")
+                elif not target.is_file():
+                    problems.append(f"{name}: {kind} {url}: no such file in the site")
+                elif kind == "image" and target.stat().st_size == 0:
+                    problems.append(f"{name}: image {url}: the file is empty")
+                elif kind == "link" and anchor and target.suffix == ".html":
+                    ids = pages[target].ids if target in pages else _parse(target).ids
+                    if anchor not in ids:
+                        problems.append(f"{name}: link {url}: no anchor #{anchor} in that page")
     return problems
 
 
