@@ -25,17 +25,23 @@ import pytest
 
 from headspec.core.compiles import release_if_crowded
 
-# One persistent compilation cache for every test session of this checkout and every process a
+# One persistent compilation cache for every test session of this user and every process a
 # session starts (command-line subprocesses, the smoke reproduction, Dask workers, pytest-xdist
-# workers): a program compiled once is read back by the others, and by the next `pytest` — a
-# rerun after a one-line change compiles only the programs that change touched (JAX's cache key
-# is the program's HLO, the XLA flags and the jax/jaxlib versions, so a changed program never
-# reads a stale entry). Folder: .jax_cache/ in the checkout (git-ignored; delete it to measure a
-# cold run), bounded to CACHE_MAX_BYTES with least-recently-used eviction, used with JAX's file
-# lock (headspec.conventions.provenance), so processes never read each other's half-written
-# entries. (Earlier crashes blamed on this cache were processes running out of memory
-# mappings: see release_if_crowded below.) HEADSPEC_JAX_CACHE chooses another folder, or "off".
-os.environ.setdefault("HEADSPEC_JAX_CACHE", str(Path(__file__).resolve().parents[1] / ".jax_cache"))
+# workers): a program compiled once is read back by the others, and by the next `pytest` — in
+# this checkout or in another clone — so a rerun after a one-line change compiles only the
+# programs that change touched (JAX's cache key is the program's HLO, the XLA flags and the
+# jax/jaxlib versions, so a changed program never reads a stale entry, whatever checkout wrote
+# it). Folder: $XDG_CACHE_HOME/headspec/jax-tests (default ~/.cache/headspec/jax-tests; delete
+# it to measure a cold run), apart from the command line's ~/.cache/headspec/jax so that the
+# tests' thousands of small entries never evict a user's programs; bounded to CACHE_MAX_BYTES
+# with least-recently-used eviction and used with JAX's file lock
+# (headspec.conventions.provenance), so processes never read each other's half-written entries.
+# (Earlier crashes blamed on this cache were processes running out of memory mappings: see
+# release_if_crowded below.) HEADSPEC_JAX_CACHE chooses another folder, or "off".
+os.environ.setdefault(
+    "HEADSPEC_JAX_CACHE",
+    str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "headspec/jax-tests"),
+)
 
 from headspec.conventions.provenance import enable_compilation_cache
 

@@ -124,3 +124,39 @@ def test_the_command_line_sets_eqx_on_error_before_equinox_reads_it():
     res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True)  # fmt: skip
     assert res.stdout.strip() == "nan"
+
+
+# one program, compiled in a process whose cache folder is argv[1]: "programs cache-hits"
+MOVED_CACHE_CHILD = (
+    "import jax, jax.numpy as jnp\n"
+    "from headspec.conventions.provenance import enable_compilation_cache\n"
+    "from headspec.core.compiles import CompileCount\n"
+    "enable_compilation_cache()\n"
+    "with CompileCount() as c:\n"
+    "    jax.jit(lambda x: jnp.sin(x) * 3.0 + 1.0)(jnp.arange(5.0)).block_until_ready()\n"
+    "print(c.n, c.cache_hits)\n"
+)
+
+
+def test_a_copied_cache_folder_is_read_back(tmp_path):
+    """A cache key must not depend on the folder's path: JAX 0.10 wrote the path of XLA's GPU
+    autotuning cache (inside the folder) into the compile options it hashes, on CPU too, so a
+    copied or moved folder read nothing back (the tests' whole cache compiled again after a
+    copy). enable_compilation_cache turns that off. Control: the first process compiles."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    def run(folder):
+        env = {**os.environ, "HEADSPEC_JAX_CACHE": str(folder),
+               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}  # fmt: skip
+        res = subprocess.run([sys.executable, "-c", MOVED_CACHE_CHILD], env=env,
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert res.returncode == 0, res.stderr[-2000:]
+        return tuple(int(w) for w in res.stdout.split())
+
+    n, hits = run(tmp_path / "a")
+    assert n >= 1 and hits == 0  # a fresh folder: compiled
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    assert run(tmp_path / "b") == (n, n)  # the copy: every program read back

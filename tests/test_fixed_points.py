@@ -71,7 +71,7 @@ def test_constructed_bayes_softmax_optimum_is_found_again():
     on the same samples (within 3 s.e.; the biases keep their zero mode, a common shift)."""
     law = Discrete([[2.0, 0.0], [0.0, 2.0]], [0.6, 0.4])
     h = constructed_bayes_softmax(law)
-    base = BaseSamples.sobol(0, law, 10, 2, 2**12)
+    base = BaseSamples.sobol(0, law, 10, 2, 2**11)
     guess = OrderParameters(h.M + 0.3, h.Q + 0.3 * jnp.eye(2), h.b)
     problem = DriftProblem.sampled(BayesSoftmax(), law, base, eta2=False)
     fp = find_fixed_point(guess, (1, 1), problem)

@@ -59,6 +59,7 @@ def _run(which: str, calls: int, limit: float) -> str | None:
     return r.stdout
 
 
+@pytest.mark.slow  # test tier: a stress test of XLA's thread pool in a child process (~12 s)
 def test_batched_eighs_running_at_once_finish():
     out = _run("loop", 100, limit=180.0)
     assert out is not None, "the batched eigh deadlocked (see this file's docstring)"

@@ -42,6 +42,7 @@ def wheel_site(tmp_path_factory):
     return tmp / "site"
 
 
+@pytest.mark.slow  # test tier: packaging (builds and unpacks a wheel, ~14 s)
 def test_wheel_carries_the_recipes_and_runs_outside_the_repository(wheel_site, tmp_path):
     code = (
         "import headspec, os, pathlib\n"
@@ -61,6 +62,7 @@ def test_wheel_carries_the_recipes_and_runs_outside_the_repository(wheel_site, t
     assert res.stdout.startswith("ok")
 
 
+@pytest.mark.slow  # test tier: packaging (builds and unpacks a wheel, ~14 s)
 def test_wheel_metadata_and_version_option_outside_a_checkout(wheel_site, tmp_path):
     """The wheel's metadata version is headspec.__version__ (hatchling reads it from
     src/headspec/_version.py), the wheel carries LICENSE, and its `headspec --version`, run

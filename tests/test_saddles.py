@@ -194,6 +194,7 @@ def test_cli_saddles_on_the_e1_config(tmp_path):
     assert np.all(sd.mode_common.values[:3] < 1e-6)
 
 
+@pytest.mark.slow  # test tier: scaling across D = 10⁴ … 10⁶
 def test_ode_head_differences_scale_like_one_over_sqrt_d():
     """The ODE from the exact finite-D initial law keeps the ln-D law of the escape only if its
     drift samples treat the heads alike: with head-cyclic samples (chosen automatically for

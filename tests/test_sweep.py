@@ -223,7 +223,7 @@ def test_cli_sweep_bad_input_exits_2_without_output(tmp_path):
 # ----------------------------------------------------------------------------- a real cluster
 @pytest.fixture(scope="module")
 def jax_cache():
-    """The session's persistent compilation cache (conftest: the checkout's .jax_cache/), so that
+    """The session's persistent compilation cache (conftest: ~/.cache/headspec/jax-tests), so that
     workers and command-line sweeps read back the programs this and earlier sessions compiled
     instead of compiling each of them cold in every worker process."""
     return os.environ["HEADSPEC_JAX_CACHE"]

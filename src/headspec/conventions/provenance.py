@@ -141,5 +141,11 @@ def enable_compilation_cache() -> None:
         # for every read and write: processes sharing the folder (the CLI, sweep workers, the
         # test session's children) never see each other's half-written entries
         jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
+        # JAX (0.10) writes the path of XLA's GPU autotuning cache, a folder inside this one,
+        # into the compile options it hashes into every key, on CPU too: a copied or moved cache
+        # folder (or the same programs cached under another path) was never read back — the
+        # tests' whole cache compiled again after a copy. Without it a key is the program, the
+        # XLA flags, the versions and the device; a GPU still caches whole compiled programs.
+        jax.config.update("jax_persistent_cache_enable_xla_caches", None)
     except OSError:  # read-only home: run without the cache
         pass
