@@ -126,7 +126,8 @@ def test_the_command_line_sets_eqx_on_error_before_equinox_reads_it():
     assert res.stdout.strip() == "nan"
 
 
-# one program, compiled in a process whose cache folder is argv[1]: "programs cache-hits"
+# one program, compiled in a process whose cache folder is $HEADSPEC_JAX_CACHE; prints
+# "programs cache-hits"
 MOVED_CACHE_CHILD = (
     "import jax, jax.numpy as jnp\n"
     "from headspec.conventions.provenance import enable_compilation_cache\n"
