@@ -189,6 +189,33 @@ def test_a_second_signal_during_the_cleanup_ends_at_once(tmp_path):
         assert _one_line(c, "interrupted by SIGTERM: stopped at once")
 
 
+def test_a_signal_inside_a_garbage_collection_callback_is_not_lost(tmp_path):
+    """JAX's gc callback ran the handler; its exception was swallowed ("Exception ignored in
+    _xla_gc_callback") and `headspec simulate` went on computing after SIGTERM (a fresh-clone
+    run, 2026-12-02). The signal arrives inside a gc callback here; the interruption must still
+    reach the main code. Without the redelivery the script prints "lost"."""
+    body = """
+        import gc, os, signal
+        fired = []
+        def callback(phase, info):
+            if phase == "start" and not fired:
+                fired.append(1)
+                os.kill(os.getpid(), signal.SIGTERM)  # the handler runs in this callback
+                sum(range(1000))
+        gc.callbacks.append(callback)
+        try:
+            gc.collect()
+            for _ in range(100):
+                time.sleep(0.05)
+            print("lost", flush=True)
+        except interrupts.Interrupted as e:
+            print("interrupted", e.signum, flush=True)
+    """
+    res = subprocess.run(_script(tmp_path, body), capture_output=True, text=True, timeout=120)
+    assert res.stdout.split() == ["interrupted", str(int(signal.SIGTERM))], res.stdout + res.stderr
+    assert "Exception ignored" not in res.stderr, res.stderr
+
+
 # --------------------------------------------------------- reproduce: recipe threads, cluster
 @pytest.mark.slow  # ~4 min on 2 busy cores: a local cluster, two reproductions
 def test_reproduce_ctrl_c_stops_threads_and_cluster_and_the_rerun_reuses(tmp_path):

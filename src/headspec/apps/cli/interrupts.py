@@ -52,6 +52,35 @@ def install() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(sig) is not signal.SIG_IGN:
             signal.signal(sig, _handler)
+    if not getattr(sys.unraisablehook, "_headspec", False):
+        sys.unraisablehook = _redeliver(sys.unraisablehook)
+
+
+def _redeliver(hook):
+    """``sys.unraisablehook`` that gives a swallowed interruption back to the main thread.
+
+    The handler's exception is lost where Python cannot raise: a signal that arrives while a
+    garbage-collection callback runs (JAX registers one, ``_xla_gc_callback``) raises inside it,
+    Python prints "Exception ignored in …" and the command went on computing — a SIGTERM during a
+    cold compile left ``headspec simulate`` running past 60 s. The signal is delivered again
+    from another thread 50 ms later (``_thread.interrupt_main``; at once, the handler would run
+    inside this hook, where it is swallowed too), so it raises in the main thread's own code;
+    should it land in a callback again, this hook sends it once more."""
+    import _thread
+    import threading
+
+    def _hook(unraisable):
+        exc = unraisable.exc_value
+        if isinstance(exc, Interrupted) and _State.signum == exc.signum and not _State.exiting:
+            _State.signum = None  # the handler raises again instead of ending at once
+            timer = threading.Timer(0.05, _thread.interrupt_main, (exc.signum,))
+            timer.daemon = True  # after this hook and the callback have returned
+            timer.start()
+            return
+        hook(unraisable)
+
+    _hook._headspec = True
+    return _hook
 
 
 def _handler(signum, frame) -> None:
