@@ -23,8 +23,6 @@ from pathlib import Path
 import jax
 import pytest
 
-from headspec.core.compiles import release_if_crowded
-
 # One persistent compilation cache for every test session of this user and every process a
 # session starts (command-line subprocesses, the smoke reproduction, Dask workers, pytest-xdist
 # workers): a program compiled once is read back by the others, and by the next `pytest` — in
@@ -37,13 +35,22 @@ from headspec.core.compiles import release_if_crowded
 # with least-recently-used eviction and used with JAX's file lock
 # (headspec.conventions.provenance), so processes never read each other's half-written entries.
 # (Earlier crashes blamed on this cache were processes running out of memory mappings: see
-# release_if_crowded below.) HEADSPEC_JAX_CACHE chooses another folder, or "off".
-os.environ.setdefault(
-    "HEADSPEC_JAX_CACHE",
-    str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "headspec/jax-tests"),
+# release_if_crowded below.) HEADSPEC_JAX_CACHE chooses another folder, or "off". Where the home
+# folder cannot be written (a CI runner's read-only home), the checkout's .jax_cache/ (ignored by
+# git) serves instead: without any cache every child process — the smoke reproduction, the
+# command-line tests, Dask workers — compiles all its programs again, which doubled the suite.
+from headspec.conventions.provenance import (
+    enable_compilation_cache,
+    user_cache_folder,
+    writable_folder,
 )
+from headspec.core.compiles import release_if_crowded
 
-from headspec.conventions.provenance import enable_compilation_cache
+if "HEADSPEC_JAX_CACHE" not in os.environ:
+    _folder = user_cache_folder("jax-tests")
+    if not writable_folder(_folder):
+        _folder = Path(__file__).resolve().parents[1] / ".jax_cache"
+    os.environ["HEADSPEC_JAX_CACHE"] = str(_folder)
 
 # every program, however quick to compile: the suite compiles thousands of small ones (JAX reads
 # the variable in every process the session starts; enable_compilation_cache keeps it)

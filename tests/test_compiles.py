@@ -161,3 +161,23 @@ def test_a_copied_cache_folder_is_read_back(tmp_path):
     assert n >= 1 and hits == 0  # a fresh folder: compiled
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     assert run(tmp_path / "b") == (n, n)  # the copy: every program read back
+
+
+def test_a_cache_folder_that_cannot_be_written_leaves_the_cache_off(tmp_path, monkeypatch):
+    """A read-only home (as on some CI runners) must not stop a command; conftest then caches in
+    the checkout's .jax_cache/ rather than running every child process without a cache. A folder
+    below a plain file can never be created, root or not."""
+    from headspec.conventions import provenance
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert not provenance.writable_folder(blocker / "cache")
+    assert provenance.writable_folder(tmp_path / "new" / "cache")  # control: created, written
+    assert (tmp_path / "new" / "cache").is_dir() and not any((tmp_path / "new/cache").iterdir())
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))
+    assert provenance.user_cache_folder("jax") == blocker / "headspec" / "jax"
+    monkeypatch.delenv("HEADSPEC_JAX_CACHE", raising=False)
+    before = jax.config.jax_compilation_cache_dir
+    provenance.enable_compilation_cache()  # no exception, and the session's folder is kept
+    assert jax.config.jax_compilation_cache_dir == before

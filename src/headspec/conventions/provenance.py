@@ -119,19 +119,47 @@ def run_metadata() -> dict[str, str]:
 CACHE_MAX_BYTES = 2 * 2**30  # the persistent compilation cache's size bound (LRU eviction)
 
 
+def user_cache_folder(name: str) -> Path:
+    """``$XDG_CACHE_HOME/headspec/NAME``, default ``~/.cache/headspec/NAME`` (a home that cannot
+    be resolved gives a folder under the system's temporary directory)."""
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = str(Path.home() / ".cache")
+        except (KeyError, RuntimeError):  # no HOME and no passwd entry
+            import tempfile
+
+            base = str(Path(tempfile.gettempdir()) / f"headspec-cache-{os.getuid()}")
+    return Path(base) / "headspec" / name
+
+
+def writable_folder(folder: str | os.PathLike) -> bool:
+    """Whether FOLDER exists or can be created, and a file can be written in it (checked by
+    writing and removing a probe: a read-only home or a full mount answers False)."""
+    import tempfile
+
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-"):
+            pass
+    except OSError:
+        return False
+    return True
+
+
 def enable_compilation_cache() -> None:
     """Keep JAX's compiled programs on disk, so a repeated command skips most compile time.
 
-    Folder: $HEADSPEC_JAX_CACHE, else ~/.cache/headspec/jax; HEADSPEC_JAX_CACHE=off disables it.
-    Used by the CLI and by every sweep worker.
+    Folder: $HEADSPEC_JAX_CACHE, else $XDG_CACHE_HOME/headspec/jax (~/.cache/headspec/jax);
+    HEADSPEC_JAX_CACHE=off disables it, and a folder that cannot be written leaves it off (the
+    command runs, compiling every program). Used by the CLI and by every sweep worker.
     """
     import jax
 
-    folder = os.environ.get("HEADSPEC_JAX_CACHE", str(Path.home() / ".cache/headspec/jax"))
-    if folder.lower() in ("", "0", "off", "none"):
+    folder = os.environ.get("HEADSPEC_JAX_CACHE") or str(user_cache_folder("jax"))
+    if folder.lower() in ("0", "off", "none") or not writable_folder(folder):
         return
     try:
-        Path(folder).mkdir(parents=True, exist_ok=True)
         jax.config.update("jax_compilation_cache_dir", folder)
         # programs of ≥ 0.1 s: headspec's setup programs (random draws, 0.2–3 s each) too; JAX's
         # own JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS, when set, is kept (the tests set 0)
