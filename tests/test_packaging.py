@@ -87,7 +87,10 @@ def test_wheel_metadata_and_version_option_outside_a_checkout(wheel_site, tmp_pa
 @pytest.mark.slow
 def test_pip_install_then_reproduce_e4_from_another_directory(tmp_path):
     """The issue's acceptance: `python -m venv v && v/bin/pip install . && cd /tmp && v/bin/headspec
-    reproduce --only E4` (a fresh virtual environment: dependencies from the package index)."""
+    reproduce --only E4` (a fresh virtual environment: dependencies from the package index), at
+    smoke scale and with the session's compilation cache: the installed copy's programs are the
+    checkout's, so it reads back what the smoke reproduction compiled (quick scale with no cache
+    took 191 s of CI's slow tier; what this test checks is the installed package, not E4)."""
     venv = tmp_path / "v"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     subprocess.run(
@@ -96,9 +99,9 @@ def test_pip_install_then_reproduce_e4_from_another_directory(tmp_path):
     work = tmp_path / "elsewhere"
     work.mkdir()
     res = subprocess.run(
-        [str(venv / "bin" / "headspec"), "reproduce", "--only", "E4", "--out", "report"],
+        [str(venv / "bin" / "headspec"), "reproduce", "--only", "E4", "--scale", "smoke",
+         "--out", "report"],
         cwd=work, capture_output=True, text=True, timeout=1800,
-        env={**os.environ, "HEADSPEC_JAX_CACHE": "off"},
     )  # fmt: skip
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     assert (work / "report" / "index.html").is_file()
