@@ -310,7 +310,7 @@ def test_valid_results_load_failed_seeds_included(tmp_path):
 
 
 def test_compare_reports_the_failed_seeds_it_leaves_out(tmp_path):
-    from headspec.dynamics.analysis import compare
+    from headspec.conventions.comparison import compare
 
     sim = _result(fail_step=[-1, 10])
     sim["M"][1, 2] = np.nan

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from headspec.conventions import results
+from headspec.conventions.comparison import compare
 from headspec.conventions.config import SimulateConfig, TheoryConfig, load_config
 from headspec.conventions.runs import simulate, solve
-from headspec.dynamics.analysis import compare
 
 LAW = 'task.latent={kind="discrete", atoms=[[3.0, 0.0], [0.0, 3.0]], probs=[0.7, 0.3]}'
 

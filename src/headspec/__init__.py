@@ -46,7 +46,7 @@ _LAZY = {
     "save": ("headspec.conventions.results", "save"),
     "bayes_risk": ("headspec.dynamics.bayes", "bayes_risk"),
     "run_bayes": ("headspec.conventions.runs", "run_bayes"),
-    "compare": ("headspec.dynamics.analysis", "compare"),
+    "compare": ("headspec.conventions.comparison", "compare"),
     "prune_result": ("headspec.conventions.runs", "prune_result"),
     "load_config": ("headspec.conventions.config", "load_config"),
     "SimulateConfig": ("headspec.conventions.config", "SimulateConfig"),

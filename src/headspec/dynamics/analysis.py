@@ -1,6 +1,7 @@
-"""Analysis of results (NumPy/xarray): theory vs simulation, head geometry, plateaus.
+"""Analysis of trajectories (NumPy): deviations, head geometry, plateaus.
 
-- :func:`compare`: largest deviation between a simulation and a theory result, per quantity;
+- :func:`largest_deviation`: a trajectory's deviation from another at each time (the numerics of
+  :func:`headspec.conventions.comparison.compare`, which reads the result files' schema);
 - head geometry: cosines with the heads' common direction (the unspecialised phase of E1),
   specialisation times, head–atom cosines, assignment (argmax and Hungarian), head splits;
 - :func:`plateaus`: flat stretches of a risk curve on a log-time axis.
@@ -19,69 +20,20 @@ Example:
 from __future__ import annotations
 
 import numpy as np
-import xarray as xr
-
-from headspec.core.stats import mean_se
 
 
-def align_time(sim: xr.Dataset, theory: xr.Dataset) -> xr.Dataset:
-    """The theory on the simulation's time grid (itself when the grids agree; else linear
-    interpolation in t, NaN outside the theory's range)."""
-    if sim.sizes["t"] == theory.sizes["t"] and np.allclose(sim.t, theory.t, rtol=1e-9, atol=0):
-        return theory.assign_coords(t=sim.t.values, step=("t", sim.step.values))
-    return theory.drop_vars("step").interp(t=sim.t.values)
+def largest_deviation(a: np.ndarray, b: np.ndarray, relative: bool) -> np.ndarray:
+    """The deviation of ``a`` from ``b`` at each time (axis 0): |a − b| / |b| (``relative``,
+    scalars per time) or the largest |a − b| over the other axes; NaN where either is NaN.
 
-
-def compare(sim: xr.Dataset, theory: xr.Dataset, until: float | None = None) -> dict:
-    """Largest deviation between a simulation and a theory result, per quantity.
-
-    When the theory started from the simulation's own seeds (``--init-from``), both are averaged
-    over those seeds; otherwise each is averaged over all its seeds. Heads are compared by index
-    (the same initial state gives the same identities). Risk deviations are relative to the
-    theory; M, Q, b and cos are absolute. ``until`` limits the window to t ≤ until.
-
-    NaN is never skipped silently: seeds marked failed (in either file) are left out of both
-    means and named in ``excluded``; a time at which a mean is still NaN (the theory's grid ends
-    earlier, every seed failed) counts in ``nan_points`` and the largest deviation is taken over
-    the other times (NaN if none).
-
-    Returns ``{quantity: {"max_dev", "t", "relative", "sim_se", "excluded", "nan_points"}}``
-    (sim_se: standard error of the simulation's seed mean at that time, for risk; excluded:
-    ``{"simulation": [seeds], "theory": [seeds]}``).
+    >>> largest_deviation(np.array([1.1, 2.0]), np.array([1.0, 2.0]), relative=True).round(3)
+    array([0.1, 0. ])
+    >>> largest_deviation(np.array([[0.0, 0.3], [1.0, 1.0]]), np.zeros((2, 2)), relative=False)
+    array([0.3, 1. ])
     """
-    th = align_time(sim, theory)
-    failed = {name: [int(s) for s, f in zip(d.seed.values, d.failed.values, strict=True) if f]
-              for name, d in (("simulation", sim), ("theory", th))}  # fmt: skip
-    drop = set(failed["simulation"]) | set(failed["theory"])
-    common = [s for s in th.seed.values if s in set(sim.seed.values) and s not in drop]
-    if common and th.attrs.get("init") == "simulation":
-        sim_sel, th_sel = sim.sel(seed=common), th.sel(seed=common)
-    else:
-        sim_sel = sim.sel(seed=[s for s in sim.seed.values if s not in failed["simulation"]])
-        th_sel = th.sel(seed=[s for s in th.seed.values if s not in failed["theory"]])
-    t = sim.t.values
-    window = np.ones(t.size, bool) if until is None else t <= until
-    out = {}
-    for q in ("risk", "M", "Q", "b", "cos"):
-        a = sim_sel[q].mean("seed", skipna=False).values[window]
-        b = th_sel[q].mean("seed", skipna=False).values[window]
-        if q == "risk":
-            dev = np.abs(a - b) / np.abs(b)
-        else:
-            dev = np.abs(a - b).reshape(a.shape[0], -1).max(axis=1)
-        notes = {"excluded": failed, "nan_points": int((~np.isfinite(dev)).sum())}
-        if not np.isfinite(dev).any():
-            out[q] = {"max_dev": float("nan"), "t": float("nan"), "relative": q == "risk", **notes}
-            continue
-        k = int(np.nanargmax(dev))
-        entry = {"max_dev": float(dev[k]), "t": float(t[window][k]), "relative": q == "risk"}
-        entry.update(notes)
-        if q == "risk":
-            r = sim_sel.risk.values[:, window][:, k]
-            se = float(mean_se(r)[1])
-            entry["sim_se"] = se if np.isfinite(se) else 0.0
-        out[q] = entry
-    return out
+    if relative:
+        return np.abs(a - b) / np.abs(b)
+    return np.abs(a - b).reshape(a.shape[0], -1).max(axis=1)
 
 
 # ============================================================================ head geometry

@@ -111,7 +111,7 @@ def compare(
     import math
 
     from headspec.conventions import results
-    from headspec.dynamics.analysis import compare as compare_results
+    from headspec.conventions.comparison import compare as compare_results
 
     fmts = check_formats(formats)
     if until is not None and not (math.isfinite(until) and until > 0):

@@ -217,14 +217,14 @@ class Context:
         """Simulations and, beside each, the ODE from each of its seeds' exact initial state.
 
         Returns name → (simulation, theory, deviations) with the deviations of
-        :func:`headspec.dynamics.analysis.compare` over the whole run."""
-        from headspec.dynamics import analysis
+        :func:`headspec.conventions.comparison.compare` over the whole run."""
+        from headspec.conventions.comparison import compare
 
         sims = self.runs(batch)
         ths = self.runs([self.theory_of(r, *theory_overrides) for r in batch])
         return {
             r.name: (sims[r.name], ths[f"{r.name}_ode"],
-                     analysis.compare(sims[r.name], ths[f"{r.name}_ode"]))
+                     compare(sims[r.name], ths[f"{r.name}_ode"]))
             for r in batch
         }  # fmt: skip
 

@@ -237,7 +237,7 @@ def _saddle_levels(ctx: Context, saddles, ode, D: int, T: float, p) -> None:
 def _ode_vs_sim(ctx, sim, ode, dev_all, D, p) -> None:
     """Deviations up to the last grid point before the escape begins in any seed (sim or ODE):
     some head's cosine with the heads' mean below ``window_cos``."""
-    from headspec.dynamics.analysis import align_time
+    from headspec.conventions.comparison import align_time, compare
 
     t = sim.t.values
     th = align_time(sim, ode)
@@ -248,7 +248,7 @@ def _ode_vs_sim(ctx, sim, ode, dev_all, D, p) -> None:
     gone = np.flatnonzero((t > t[k0]) & np.any(c < p.window_cos, axis=0))
     k1 = int(gone[0]) - 1 if gone.size else t.size - 1
     until = float(t[max(k1, 0)])
-    dev = analysis.compare(sim, ode, until=until)
+    dev = compare(sim, ode, until=until)
     r, se = dev["risk"]["max_dev"], dev["risk"].get("sim_se", 0.0)
     ov = max(dev[q]["max_dev"] for q in ("M", "Q", "cos"))
     why = ("the SGD noise of one run is O(√(η/D)) ≈ 1–2 % at D = 10⁴ in the overlaps, averaged "

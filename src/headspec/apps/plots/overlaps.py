@@ -113,7 +113,7 @@ def plot_compare_overlaps(sim: xr.Dataset, theory: xr.Dataset) -> Figure:
     both (same initial state, same head identities); otherwise every simulated seed is drawn thin
     and the theory's first seed bold.
     """
-    from headspec.dynamics.analysis import align_time
+    from headspec.conventions.comparison import align_time
 
     th = align_time(sim, theory)
     common = [s for s in th.seed.values if s in set(sim.seed.values)]
