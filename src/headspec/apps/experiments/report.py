@@ -26,12 +26,14 @@ from headspec.apps.experiments.claims import Claim, verdict_text
 from headspec.conventions.io import write_json_atomic, write_text_atomic
 
 _CSS = (
-    "body{font-family:sans-serif;max-width:1100px;margin:2em auto;line-height:1.4}"
-    "table{border-collapse:collapse;margin:1em 0}"
-    "td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top}"
+    "body{font-family:sans-serif;font-size:15px;max-width:1320px;margin:1em auto;"
+    "padding:0 1em;line-height:1.35}h1{font-size:1.6em;margin:.3em 0}"
+    "table{border-collapse:collapse;margin:.6em 0}"
+    "td,th{border:1px solid #ccc;padding:2px 6px;vertical-align:top}"
     "th{background:#f4f4f4}img{max-width:100%}pre{background:#f6f6f6;padding:8px;overflow:auto}"
     "td.v-yes{background:#e3f4e3;color:#1b5e20;font-weight:bold}"
     "td.v-no{background:#fde0e0;color:#b71c1c;font-weight:bold}td.v-none{color:#888}"
+    "details>summary{cursor:pointer}details>ul{margin-top:.2em}table.data{font-size:13px}"
 )
 _PAGE = (
     "<!doctype html><html><head><meta charset='utf-8'><title>headspec report</title>"
@@ -267,17 +269,80 @@ def to_html(md: str) -> str:
     True
     """
     parser = MarkdownIt("commonmark", {"html": False}).enable("table")
-    tokens = parser.parse(md)
+    tokens = _fold_claims(parser.parse(md))
     _colour_verdicts(tokens)
     return _PAGE.format(css=_CSS, body=parser.renderer.render(tokens, parser.options, {}))
 
 
+def _fold_claims(tokens: list) -> list:
+    """Each claim of a list (an item whose text starts with its verdict in bold, as
+    :func:`claim_details` writes it) as an HTML ``<details>``: the verdict, statement and value
+    are the summary, what it measures, its tolerance, reason and check fold under it, so that
+    an experiment's claims can be scanned. Input Markdown's own HTML stays escaped (the parser
+    has ``html`` off; only these tags are added).
+
+    >>> page = to_html("- **yes** · A beats B: 0.3\n  - measured: R_B − R_A\n")
+    >>> "<details><summary>" in page and "</summary>" in page and "measured: R_B" in page
+    True
+    >>> "<details>" in to_html("- an ordinary item\n  - with a sub-item\n")
+    False
+    """
+    from markdown_it.token import Token
+
+    def html(text: str, level: int) -> Token:
+        t = Token("html_block", "", 0)
+        t.content, t.level = text, level
+        return t
+
+    verdicts = tuple(f"**{v}**" for v in VERDICT_CLASS)
+    out, open_items = [], []  # open_items: for each open list item, whether it is folded
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        if tok.type == "list_item_open":
+            para = tokens[i + 1 : i + 3]
+            text = para[1].content if [t.type for t in para] == ["paragraph_open", "inline"] else ""
+            end = _item_end(tokens, i)
+            folded = text.startswith(verdicts) and any(
+                t.type == "bullet_list_open" for t in tokens[i + 4 : end]
+            )
+            open_items.append(folded)
+            if folded:  # <li><details><summary> paragraph </summary> sub-list </details></li>
+                out += [tok, html("<details><summary>", tok.level + 1), *tokens[i + 1 : i + 4],
+                        html("</summary>\n", tok.level + 1)]  # fmt: skip
+                i += 4
+                continue
+        elif tok.type == "list_item_close" and open_items.pop():
+            out.append(html("</details>\n", tok.level + 1))
+        out.append(tok)
+        i += 1
+    return out
+
+
+def _item_end(tokens: list, start: int) -> int:
+    """The index of the ``list_item_close`` that closes the item opened at ``start``."""
+    depth = 0
+    for k in range(start, len(tokens)):
+        depth += {"list_item_open": 1, "list_item_close": -1}.get(tokens[k].type, 0)
+        if depth == 0:
+            return k
+    return len(tokens)
+
+
 def _colour_verdicts(tokens) -> None:
-    """Give each cell of a table's "verdict" column the CSS class of its verdict."""
+    """Give each cell of a table's "verdict" column the CSS class of its verdict, and every
+    table without one (the recipes' data tables) the class "data" (a smaller font)."""
     col, k = None, 0
     for i, tok in enumerate(tokens):
         if tok.type == "table_open":
             col = None
+            head = []
+            for t in tokens[i + 1 :]:
+                if t.type == "thead_close":
+                    break
+                head += [t.content] if t.type == "inline" else []
+            if "verdict" not in head:
+                tok.attrSet("class", "data")
         elif tok.type == "tr_open":
             k = 0
         elif tok.type in ("th_open", "td_open"):
