@@ -281,10 +281,10 @@ def _fold_claims(tokens: list) -> list:
     an experiment's claims can be scanned. Input Markdown's own HTML stays escaped (the parser
     has ``html`` off; only these tags are added).
 
-    >>> page = to_html("- **yes** · A beats B: 0.3\n  - measured: R_B − R_A\n")
+    >>> page = to_html("- **yes** · A beats B: 0.3\\n  - measured: R_B − R_A\\n")
     >>> "<details><summary>" in page and "</summary>" in page and "measured: R_B" in page
     True
-    >>> "<details>" in to_html("- an ordinary item\n  - with a sub-item\n")
+    >>> "<details>" in to_html("- an ordinary item\\n  - with a sub-item\\n")
     False
     """
     from markdown_it.token import Token
