@@ -70,6 +70,32 @@ def test_report_has_claims_figures_configs_and_environment(e4_report):
     assert {p.name for p in (out / "configs").iterdir()} == {"E4_tiny.json", "E4_tiny_ode.json"}
 
 
+def test_a_rerun_reuses_the_runs_and_the_report_counts_what_they_took(e4_report):
+    """The same command again into the same folder (as a user resumes): both runs are read
+    back, not computed, and the report says how many and what they took to compute the first
+    time (each result file keeps its compute time in the ``elapsed_s`` attribute), so that
+    "Total time" is not read as the cost of the reproduction. (Into a copy of the folder only
+    the simulation would be reused: the ODE's config names its initial state's file by path.)
+    The rewritten report differs from the first only by that count: the other tests of the
+    fixture's folder hold either way."""
+    import json
+
+    from headspec.conventions import results
+
+    out = e4_report[0]
+    took = sum(results.load(f).attrs["elapsed_s"] for f in (out / "data").glob("*.nc"))
+    assert took > 0
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(experiments.RECIPES, "E4", _replaced("E4", _tiny_recipe))
+        (o,) = experiments.reproduce(scale="smoke", outdir=out, only=["E4"])
+    assert o.error is None and o.reused == 2 and o.reused_seconds == pytest.approx(took)
+    assert "2 runs were reused from an earlier invocation" in (out / "index.md").read_text()
+    (e,) = json.loads((out / "outcomes.json").read_text())["experiments"]
+    assert e["reused_runs"] == 2 and e["reused_seconds"] == pytest.approx(took)
+    assert experiments.read_outcomes(out)[0].reused == 2  # and it reads back
+    assert e4_report[1][0].reused == 0  # control: the first invocation computed them
+
+
 def test_a_failing_experiment_is_reported_and_the_others_still_run(tmp_path, monkeypatch):
     def boom(ctx):
         raise RuntimeError("deliberate failure")

@@ -46,6 +46,8 @@ class Outcome:
     configs: dict[str, dict] = dataclasses.field(default_factory=dict)
     seconds: float = 0.0
     error: str | None = None
+    reused: int = 0  # runs read back from an earlier invocation's files, not computed again
+    reused_seconds: float = 0.0  # what they took to compute then (their files' elapsed_s)
     table: list[tuple] | None = None  # per-seed rows shown under the figures (E6)
     table_header: tuple[str, ...] | None = None  # the table's column names
 
@@ -130,6 +132,8 @@ class Context:
             ds = _reusable(self.path(r.name), c)
             if ds is not None:
                 done[r.name] = ds
+                self.outcome.reused += 1
+                self.outcome.reused_seconds += float(ds.attrs.get("elapsed_s", 0.0))
                 self._log(f"{self.id} {r.name}: reused")
             else:
                 check_budget(c)  # only what will run: a finished run needs no memory
@@ -156,8 +160,9 @@ class Context:
 
         t0 = time.perf_counter()
         ds = simulate(c) if r.kind == "simulate" else solve(c)
+        ds.attrs["elapsed_s"] = took = time.perf_counter() - t0  # kept with the file
         results.save(ds, self.path(r.name))
-        self._log(f"{self.id} {r.name}: {time.perf_counter() - t0:.0f} s")
+        self._log(f"{self.id} {r.name}: {took:.0f} s")
         return ds
 
     def _run_dask(self, todo: list) -> dict[str, Any]:

@@ -109,6 +109,8 @@ def outcomes_json(outcomes: list[Outcome], outdir: Path, env: dict, scale: str, 
                 "id": o.id,
                 "title": o.title,
                 "seconds": o.seconds,
+                "reused_runs": o.reused,
+                "reused_seconds": o.reused_seconds,
                 "error": o.error,
                 "claims": [c.as_dict() for c in o.claims],
                 "figures": [rel(f) for f in o.figures],
@@ -156,7 +158,8 @@ def read_outcomes(folder: str | Path) -> list[Outcome]:
             Outcome(
                 e["id"], e["title"], claims=[Claim.from_dict(c) for c in e["claims"]],
                 figures=[folder / f for f in e["figures"]], configs=configs,
-                seconds=e["seconds"], error=e["error"],
+                seconds=e["seconds"], error=e["error"], reused=e.get("reused_runs", 0),
+                reused_seconds=e.get("reused_seconds", 0.0),
                 table=[tuple(r) for r in e["table"]] if e["table"] is not None else None,
                 table_header=tuple(e["table_header"]) if e["table_header"] else None,
             )
@@ -172,14 +175,15 @@ def markdown(outcomes: list[Outcome], env: dict, scale: str, seconds: float) -> 
     errors = sum(o.error is not None for o in outcomes)
     md += [f"{held} claim{' holds' if held == 1 else 's hold'}, {failed} do not, at this scale; "
            f"{errors} experiment{'' if errors == 1 else 's'} failed to run. "
-           f"Total time {seconds / 60:.1f} min.", ""]  # fmt: skip
+           f"Total time {seconds / 60:.1f} min{_reuse_text(outcomes, ' min')}.", ""]  # fmt: skip
     md += ["## Claims", "", *claims_table(outcomes), "",
            "What each claim measures, its tolerance and why, and the check that decided it: "
            "under its experiment below."]  # fmt: skip
     overlapped = sum(o.seconds for o in outcomes) > 1.05 * seconds  # recipes ran concurrently
     for o in outcomes:
         side = " (side by side with the others)" if overlapped else ""
-        md += ["", f"## {o.id} — {_md(o.title)}", "", f"Run time {o.seconds:.0f} s{side}."]
+        md += ["", f"## {o.id} — {_md(o.title)}", "",
+               f"Run time {o.seconds:.0f} s{side}{_reuse_text([o], ' s')}."]  # fmt: skip
         if o.error:
             md += ["", "**This experiment failed:**", "", "```", o.error, "```"]
         if o.claims:
@@ -204,6 +208,21 @@ def markdown(outcomes: list[Outcome], env: dict, scale: str, seconds: float) -> 
         "with `headspec simulate` / `headspec theory --config` after converting it to TOML.",
     ]
     return "\n".join(md) + "\n"
+
+
+def _reuse_text(outcomes: list[Outcome], unit: str) -> str:
+    """ ", counting N runs reused from an earlier invocation (X to compute then)" or "".
+
+    >>> _reuse_text([Outcome("E1", "t", reused=3, reused_seconds=600.0)], " min")
+    '; 3 runs were reused from an earlier invocation (they took 10.0 min to compute then)'
+    """
+    n = sum(o.reused for o in outcomes)
+    if n == 0:
+        return ""
+    s = sum(o.reused_seconds for o in outcomes)
+    took = f"{s / 60:.1f} min" if unit == " min" else f"{s:.0f} s"
+    return (f"; {n} run{' was' if n == 1 else 's were'} reused from an earlier invocation "
+            f"({'it' if n == 1 else 'they'} took {took} to compute then)")  # fmt: skip
 
 
 def claims_table(outcomes: list[Outcome]) -> list[str]:

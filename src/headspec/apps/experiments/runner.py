@@ -92,6 +92,7 @@ def run_experiment(
                 ctx.outcome.configs,
                 ctx.outcome.figures,
             )
+            out.reused, out.reused_seconds = ctx.outcome.reused, ctx.outcome.reused_seconds
     out.seconds = time.perf_counter() - t0
     return out
 
