@@ -156,8 +156,10 @@ def enable_compilation_cache() -> None:
     """
     import jax
 
-    folder = os.environ.get("HEADSPEC_JAX_CACHE") or str(user_cache_folder("jax"))
-    if folder.lower() in ("0", "off", "none") or not writable_folder(folder):
+    folder = os.environ.get("HEADSPEC_JAX_CACHE")
+    if folder is None:
+        folder = str(user_cache_folder("jax"))
+    if folder.lower() in ("", "0", "off", "none") or not writable_folder(folder):
         return
     try:
         jax.config.update("jax_compilation_cache_dir", folder)
