@@ -321,10 +321,9 @@ def _fold_claims(tokens: list) -> list:
         if tok.type == "list_item_open":
             para = tokens[i + 1 : i + 3]
             text = para[1].content if [t.type for t in para] == ["paragraph_open", "inline"] else ""
-            end = _item_end(tokens, i)
-            folded = text.startswith(verdicts) and any(
-                t.type == "bullet_list_open" for t in tokens[i + 4 : end]
-            )
+            # a claim's sub-list (measured, tolerance, …) follows its paragraph directly
+            nested = i + 4 < len(tokens) and tokens[i + 4].type == "bullet_list_open"
+            folded = text.startswith(verdicts) and nested
             open_items.append(folded)
             if folded:  # <li><details><summary> paragraph </summary> sub-list </details></li>
                 out += [tok, html("<details><summary>", tok.level + 1), *tokens[i + 1 : i + 4],
@@ -336,16 +335,6 @@ def _fold_claims(tokens: list) -> list:
         out.append(tok)
         i += 1
     return out
-
-
-def _item_end(tokens: list, start: int) -> int:
-    """The index of the ``list_item_close`` that closes the item opened at ``start``."""
-    depth = 0
-    for k in range(start, len(tokens)):
-        depth += {"list_item_open": 1, "list_item_close": -1}.get(tokens[k].type, 0)
-        if depth == 0:
-            return k
-    return len(tokens)
 
 
 def _colour_verdicts(tokens) -> None:
