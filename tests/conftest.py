@@ -10,6 +10,7 @@ Tiers (markers, assigned here by file; see docs/tests.md):
 """
 
 import os
+import re
 
 # As the command line does (headspec/apps/cli/__init__.py), before equinox is imported: failed
 # runtime checks inside compiled programs give NaN instead of a host callback, so every program
@@ -63,14 +64,13 @@ enable_compilation_cache()
 # change it — tests/test_reference.py checks that in a fresh process).
 jax.config.update("jax_enable_x64", True)
 
-# Files of the integration tier (and every Markdown doctest file: the README, docs/*.md); every
-# other test not marked slow is a unit test.
+# Files of the integration tier (and every recipe's file, test_recipe_e<N>*.py, and every Markdown
+# doctest file: the README, docs/*.md); every other test not marked slow is a unit test.
 INTEGRATION = {
     "test_cli.py", "test_cli_polish.py", "test_cli_simulate.py", "test_docs.py",
     "test_experiments.py", "test_hardening.py", "test_hardening_files.py",
     "test_hardening_guards.py", "test_hardening_io.py", "test_interrupts.py", "test_malformed.py",
     "test_packaging.py", "test_paths.py", "test_project_files.py",
-    "test_recipe_e1_e2.py", "test_recipe_e3_e5.py", "test_recipe_e6.py", "test_recipe_e7.py",
     "test_sweep.py",
 }  # fmt: skip
 
@@ -107,7 +107,8 @@ def _tier(item) -> str:
     if item.get_closest_marker("slow"):
         return "slow"
     name = Path(str(item.fspath)).name
-    return "integration" if name in INTEGRATION or name.endswith(".md") else "unit"
+    recipe = re.match(r"test_recipe_e\d", name) is not None  # a recipe's test: smoke reproduction
+    return "integration" if name in INTEGRATION or recipe or name.endswith(".md") else "unit"
 
 
 @pytest.fixture

@@ -1,9 +1,9 @@
-"""The paper's findings E1–E7 (SPEC §7) as runnable recipes, and the report that collects them.
+"""The paper's findings E1–E8 (SPEC §7; E8 beyond it) as runnable recipes, and their report.
 
 Each experiment reads its recipe ``recipes/eN_*.toml`` (shipped with the package): an
 ``[experiment]`` table of parameters (typed: one pydantic model per recipe, see ``params``), a
 ``[config]`` table (the base task/model/train/record/theory config) and ``[scale.smoke]`` (tests)
-/ ``[scale.quick]`` / ``[scale.full]`` overrides. A recipe (``e1.py`` … ``e7.py``, each a
+/ ``[scale.quick]`` / ``[scale.full]`` overrides. A recipe (``e1.py`` … ``e8.py``, each a
 ``run(ctx)`` registered by ``@recipe("E1", "e1_….toml", Params)``: the registry is the only list
 of recipes) records on an :class:`Outcome`: claims as data (the measured value ± s.e. and the
 tolerance that decides it, with its reason; the verdict is computed, see ``claims``), figures with
@@ -13,7 +13,7 @@ simulation and theory side by side, and every resolved config it ran. :func:`rep
 
 Modules: ``claims`` (Claim, Tolerance: a claim as data and its verdict), ``params`` (a recipe's
 typed parameters, RecipeError), ``registry`` (``@recipe``, RECIPES), ``base`` (Outcome,
-Context, Run, helpers), ``e1`` … ``e7`` (the recipes), ``annealed`` (E3's and E4's "reaches R_B"
+Context, Run, helpers), ``e1`` … ``e8`` (the recipes), ``annealed`` (E3's and E4's "reaches R_B"
 with an annealed η), ``runner`` (recipe files, run one or all), ``report`` (Markdown report, its
 HTML rendering, ``outcomes.json`` and :func:`read_outcomes`).
 """

@@ -1,6 +1,6 @@
 """What every recipe shares: the outcome of an experiment, its context, small helpers.
 
-A recipe (``e1.py`` … ``e7.py``) is a function ``run(ctx: Context)`` that records claims
+A recipe (``e1.py`` … ``e8.py``) is a function ``run(ctx: Context)`` that records claims
 (:class:`~headspec.apps.experiments.claims.Claim`: value, s.e. and tolerance; the verdict is
 computed from them), figures and configs on ``ctx.outcome``. :class:`Context` resolves the
 recipe's TOML (``[experiment]`` parameters, ``[config]`` base config, ``[scale.<name>]``
