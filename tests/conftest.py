@@ -78,7 +78,8 @@ INTEGRATION = {
 # XLA's optimisation level. With the compilation cache warm (every run after the first: the cache
 # is per user, shared by clones), what is left of the suite's time is tracing and running the
 # programs, so the tests keep XLA's default optimisation: the README's command took 320 s warm
-# this way against 367 s with LLVM -O0 (2026-12-02, 2 cores, back to back). A cold run is the
+# this way against 367 s with LLVM -O0 (2026-12-02, 2 cores, an hour apart; back to back on
+# test_docs, test_saddles and test_sweep: 64 s against 78 s). A cold run is the
 # other way round (-O0 compiles ~2.5× faster and runs ~2–3× slower: 736 s cold with -O0, 1154 s
 # with the default), so `.ci/run`, which always starts cold, sets HEADSPEC_TEST_XLA_FLAGS to
 # FAST_COMPILE for the README's command. HEADSPEC_TEST_XLA_FLAGS (or an XLA_FLAGS of your own)
