@@ -582,7 +582,7 @@ def test_reproduce_on_a_scheduler_resumes_without_recomputing(client, tmp_path, 
     assert sorted(lines) == ["E1 a: reused", "E1 a_ode: reused", "E1 b: reused",
                              "E1 b_ode: reused", "E1 c: " + lines[-1].split(": ")[1]]  # fmt: skip
     assert " s on a worker (CPU " in lines[-1]
-    assert o.reused == 4  # and the workers' files keep what they took (elapsed_s):
-    assert all("elapsed_s" in results.load(data / f).attrs for f in first)
+    assert o.reused == 4  # and the workers' files record their compute time:
+    assert all(results.COMPUTE_SECONDS in results.load(data / f).attrs for f in first)
     assert {f: data.joinpath(f).stat().st_mtime_ns for f in first} == first  # nothing rewritten
     assert (out / "index.md").exists() and (data / "E1_c.nc").exists()

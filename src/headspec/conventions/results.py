@@ -48,6 +48,8 @@ from headspec.conventions.provenance import run_metadata
 SCHEMA_VERSION = 1
 RUN_KINDS = ("simulation", "theory")  # the results of simulate and theory (this schema)
 KINDS = RUN_KINDS
+# a result file's attribute: the seconds its run took to compute (what reusing the file saves)
+COMPUTE_SECONDS = "elapsed_s"
 _DESCRIBED = {
     "simulation": "a simulation result (headspec simulate)",
     "theory": "a theory result (headspec theory)",

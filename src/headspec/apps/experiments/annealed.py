@@ -60,21 +60,16 @@ def final_excess(ds, n: int, key: int = 7, t_index: int = -1) -> dict:
     """
     import jax
 
-    from headspec.conventions import build
     from headspec.conventions.runs import config_model, law_of
-    from headspec.core.attention import Heads
     from headspec.core.stats import mean_se
     from headspec.dynamics.bayes import Posterior, estimate_risks
 
     cfg = config_model(ds)
     law = law_of(ds)
-    act = build.activation(cfg.model)
-    last = ds.isel(t=t_index)
-    M, Q, b = (np.asarray(last[v].values, dtype=float) for v in ("M", "Q", "b"))
-    S = M.shape[0]
-    ok = [s for s in range(S) if np.isfinite(M[s]).all() and np.isfinite(Q[s]).all()
-          and np.isfinite(b[s]).all()]  # fmt: skip
-    preds = {f"s{s}": Heads(M=M[s], Q=Q[s], b=b[s], activation=act) for s in ok}
+    S = ds.sizes["seed"]
+    heads = final_heads(ds, t_index)
+    ok = list(heads)
+    preds = {f"s{s}": h for s, h in heads.items()}
     preds["bayes"] = Posterior(law)
     est, smp = estimate_risks(jax.random.key(key), law, cfg.task.L, preds, n=n, return_samples=True)
     rb = est["bayes"].mean
@@ -97,6 +92,20 @@ def final_excess(ds, n: int, key: int = 7, t_index: int = -1) -> dict:
         "rb": float(rb),
         "rb_se": float(est["bayes"].se),
     }
+
+
+def final_heads(ds, t_index: int = -1) -> dict:
+    """Seed → :class:`~headspec.core.attention.Heads` of a result's state at grid index
+    ``t_index`` (the final one by default), for every seed whose (M, Q, b) are finite."""
+    from headspec.conventions import build
+    from headspec.conventions.runs import config_model
+    from headspec.core.attention import Heads
+
+    act = build.activation(config_model(ds).model)
+    last = ds.isel(t=t_index)
+    M, Q, b = (np.asarray(last[v].values, dtype=float) for v in ("M", "Q", "b"))
+    ok = np.isfinite(M).all((1, 2)) & np.isfinite(Q).all((1, 2)) & np.isfinite(b).all(1)  # (S,)
+    return {int(s): Heads(M=M[s], Q=Q[s], b=b[s], activation=act) for s in np.flatnonzero(ok)}
 
 
 def rb_on_record_base(ds) -> float:

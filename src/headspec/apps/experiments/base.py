@@ -133,7 +133,7 @@ class Context:
             if ds is not None:
                 done[r.name] = ds
                 self.outcome.reused += 1
-                self.outcome.reused_seconds += float(ds.attrs.get("elapsed_s", 0.0))
+                self.outcome.reused_seconds += float(ds.attrs.get(results.COMPUTE_SECONDS, 0.0))
                 self._log(f"{self.id} {r.name}: reused")
             else:
                 check_budget(c)  # only what will run: a finished run needs no memory
@@ -160,7 +160,7 @@ class Context:
 
         t0 = time.perf_counter()
         ds = simulate(c) if r.kind == "simulate" else solve(c)
-        ds.attrs["elapsed_s"] = took = time.perf_counter() - t0  # kept with the file
+        ds.attrs[results.COMPUTE_SECONDS] = took = time.perf_counter() - t0  # kept with the file
         results.save(ds, self.path(r.name))
         self._log(f"{self.id} {r.name}: {took:.0f} s")
         return ds

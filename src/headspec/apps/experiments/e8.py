@@ -84,20 +84,17 @@ def final_risks(runs: dict, n: int, key: int = 8) -> dict:
     shared by all seeds, so that part does not average out). A diverged seed is left out."""
     import jax
 
-    from headspec.conventions import build
+    from headspec.apps.experiments.annealed import final_heads
     from headspec.conventions.runs import config_model, law_of
-    from headspec.core.attention import Heads
     from headspec.dynamics.bayes import Posterior, estimate_risks
 
     first = next(iter(runs.values()))
     law, L = law_of(first), config_model(first).task.L
     preds, kept = {"bayes": Posterior(law)}, {}
     for label, ds in runs.items():
-        act = build.activation(config_model(ds).model)
-        M, Q, b = (np.asarray(ds[v].isel(t=-1).values, dtype=float) for v in ("M", "Q", "b"))
-        kept[label] = [s for s in range(M.shape[0]) if np.isfinite(M[s]).all()
-                       and np.isfinite(Q[s]).all() and np.isfinite(b[s]).all()]  # fmt: skip
-        preds |= {(label, s): Heads(M=M[s], Q=Q[s], b=b[s], activation=act) for s in kept[label]}
+        heads = final_heads(ds)
+        kept[label] = list(heads)
+        preds |= {(label, s): h for s, h in heads.items()}
     names = {k: f"p{i}" for i, k in enumerate(preds)}  # estimate_risks wants text names
     est, smp = estimate_risks(jax.random.key(key), law, L, {names[k]: v for k, v in preds.items()},
                               n=n, return_samples=True)  # fmt: skip

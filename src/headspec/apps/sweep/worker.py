@@ -51,7 +51,7 @@ def run_task(kind: str, config_json: str, target: str | None = None, token: str 
             "elapsed_s": time.perf_counter() - t0,
         }
     failed = [int(s) for s, f in zip(ds.seed.values, ds.failed.values, strict=True) if f]
-    ds.attrs["elapsed_s"] = time.perf_counter() - t0  # kept with the file: what a reuse saved
+    ds.attrs[results.COMPUTE_SECONDS] = time.perf_counter() - t0  # kept with the file
     out = {
         "status": "diverged" if failed else "done",
         "diverged_seeds": failed,
