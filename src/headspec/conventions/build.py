@@ -23,6 +23,7 @@ from headspec.core.latent import LatentLaw
 from headspec.core.observables import BaseSamples
 from headspec.core.schedules import Constant, InverseTime, Schedule
 from headspec.dynamics.engines import ENGINES, Engine
+from headspec.dynamics.eta2 import ScoreSamples
 from headspec.dynamics.initial import Given, InitialState, Perturbed, Symmetric
 from headspec.dynamics.noise import gram_rest
 from headspec.dynamics.problem import FINE, DriftProblem, Exact, Sampled
@@ -136,11 +137,14 @@ def drift_problem(cfg, law: LatentLaw, init: InitialState | None = None) -> Drif
     where :func:`head_cyclic` says)."""
     H, L = cfg.model.H, cfg.task.L
     base = drift_base(cfg.theory, law, L, H)
-    if init is not None and head_cyclic(cfg, init):
-        base = base.head_cyclic()  # heads treated alike: identical heads stay identical (cost × H)
+    cyclic = init is not None and head_cyclic(cfg, init)
     method = theory_method(cfg)
     lr, lr_b = learning_rates(cfg.train)
-    strategy = Exact(base) if method == "exact" else Sampled(base, name=method)
+    if method == "exact":  # the η² term by the control-variate estimator on n score samples
+        scores = ScoreSamples.rqmc(cfg.theory.sample_seed, L, H, cfg.theory.n)
+        strategy = Exact(base, scores=scores, cyclic=cyclic)  # cyclic: averaged over relabellings
+    else:  # cyclic: heads treated alike, identical heads stay identical (cost × H)
+        strategy = Sampled(base.head_cyclic() if cyclic else base, name=method)
     return DriftProblem(activation(cfg.model), law, L, lr, lr_b, strategy)
 
 

@@ -356,6 +356,14 @@ def _eta2(M, Q, b, grad, activation, law, samples: ScoreSamples, controls, quad,
     return Eta2(full(mean), full(se))
 
 
+def eta2_traced(
+    M, Q, b, grad: RiskGradient, activation, law, samples: ScoreSamples, quad, mean_tol
+) -> Eta2:
+    """:func:`eta2_term` with every control, inside traced code (the exact drift's η² term):
+    float64 arrays in, ``grad`` required (the caller has it), no checks."""
+    return _eta2(M, Q, b, grad, activation, law, samples, CONTROLS, quad, mean_tol)
+
+
 @float64
 def eta2_term(
     M: Array,

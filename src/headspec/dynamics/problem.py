@@ -65,6 +65,7 @@ from headspec.core.observables import (
 )
 from headspec.core.precision import float64, float64_context
 from headspec.core.stats import sample_mean_se
+from headspec.dynamics.eta2 import RiskGradient, ScoreSamples, eta2_traced
 
 Array = jax.Array
 
@@ -211,14 +212,33 @@ FINE = Quadrature(n_w=64, n_s=224)
 
 class Exact(Method):
     """R by quadrature (:func:`~headspec.core.exact.exact_risk`), the η-linear drift as its
-    metric gradient; the η² term averaged over ``base`` (its standard error is the only one)."""
+    metric gradient; the η² term T = E[Σ_l g_l g_lᵀ] sampled (its standard error is the only
+    one): on ``scores`` when given, by :mod:`headspec.dynamics.eta2`'s estimator (randomised QMC
+    on the score vectors with control variates whose means are exact: ∇R, which the η-linear
+    drift computes anyway, and the symmetric and independent shadows; ~100× less error than
+    ``base`` at E1's plateau for 1.4× its cost, benchmarks/bench_eta2.py), else averaged over
+    ``base``. The estimator is for the ODE's vector field; a Jacobian (``jax.jacfwd`` of the
+    drift) takes the ``base`` route, which stays differentiable where heads coincide.
+
+    ``cyclic`` (with ``scores``): the estimate averaged over the H cyclic relabellings of the
+    heads (cost × H), so that it treats all heads alike, as head-cyclic ``base`` samples do:
+    heads that are alike in distribution (same M rows, exchangeable Q) stay alike. Without it
+    the estimator's points break that symmetry at the size of its error."""
 
     quad: Quadrature
+    scores: ScoreSamples | None
+    cyclic: bool = eqx.field(static=True)
     accuracy: float = eqx.field(static=True)
     jacobian_accuracy: float = eqx.field(static=True)
 
-    def __init__(self, base: BaseSamples, quad: Quadrature | None = None):
-        self.base, self.name = base, "exact"
+    def __init__(
+        self,
+        base: BaseSamples,
+        quad: Quadrature | None = None,
+        scores: ScoreSamples | None = None,
+        cyclic: bool = False,
+    ):
+        self.base, self.name, self.scores, self.cyclic = base, "exact", scores, bool(cyclic)
         self.quad = Quadrature() if quad is None else quad
         fine = self.quad.n_w >= FINE.n_w and self.quad.n_s >= FINE.n_s
         # measured against a finer quadrature (n_w, n_s) = (96, 320) at E1's common phase (H = 2,
@@ -228,36 +248,66 @@ class Exact(Method):
         self.accuracy = 1e-9 if fine else 1e-8
         self.jacobian_accuracy = 1e-7 if fine else 3e-5
 
-    def risk_and_gradient(self, problem, state):
+    def risk_and_gradient(self, problem, state) -> RiskGradient:
         """R and (R_M, R_Q, R_b) by quadrature (Q's entries as independent coordinates)."""
 
         def R(M, Q, b):
             return exact_risk(M, Q, b, problem.activation, problem.law, problem.L, self.quad).mean
 
-        return jax.value_and_grad(R, argnums=(0, 1, 2))(*state)
+        R, (R_M, R_Q, R_b) = jax.value_and_grad(R, argnums=(0, 1, 2))(*state)
+        return RiskGradient(R, R_M, R_Q, R_b)
 
-    def linear(self, problem, state, lr, lr_b) -> tuple[Array, OrderParameters]:
+    def linear(self, problem, state, lr, lr_b, grad=None) -> tuple[Array, OrderParameters]:
         """R and the η-linear drift (SPEC §5 (i)): −η(R_M + GM), −η[(R_M Mᵀ + GQ) + ᵀ], −η_b R_b."""
         M, Q, _ = state
-        R, (R_M, R_Q, R_b) = self.risk_and_gradient(problem, state)
+        R, R_M, R_Q, R_b = self.risk_and_gradient(problem, state) if grad is None else grad
         G = R_Q + R_Q.T  # (H, H)
         P = R_M @ M.T + G @ Q  # (H, H)
         return R, OrderParameters(-lr * (R_M + G @ M), -lr * (P + P.T), -lr_b * R_b)
 
+    def eta2_term(self, problem, state, grad: RiskGradient, terms, with_se: bool):
+        """T (H, H) and its standard error (None unless ``with_se`` on the ``base`` route)."""
+        if self.scores is not None:
+            tol = jnp.asarray(self.accuracy, state[0].dtype)
+
+            def estimate(c: int):  # T of the heads relabelled h → h + c, labels put back
+                M, Q, b = _roll(state.M, c), _roll(state.Q, c, 2), _roll(state.b, c)
+                g = RiskGradient(grad.R, _roll(grad.R_M, c), _roll(grad.R_Q, c, 2),
+                                 _roll(grad.R_b, c))  # fmt: skip
+                est = eta2_traced(M, Q, b, g, problem.activation, problem.law, self.scores,
+                                  self.quad, tol)  # fmt: skip
+                return _roll(est.mean, -c, 2), _roll(est.se, -c, 2)  # (H, H) ×2
+
+            shifts = range(state.M.shape[0] if self.cyclic else 1)
+            means, ses = zip(*(estimate(c) for c in shifts), strict=True)
+            return sum(means) / len(means), sum(ses) / len(ses)  # s.e.: an upper bound
+        if with_se:
+            return sample_mean_se(terms(per_sample_terms).g_g)  # (H, H) each
+        return terms(mean_terms).g_g, None
+
     def drift_from(self, problem, state, terms, lr, lr_b):
-        R, lin = self.linear(problem, state, lr, lr_b)
+        grad = self.risk_and_gradient(problem, state)
+        R, lin = self.linear(problem, state, lr, lr_b, grad)
         zero = jnp.zeros_like
         dQ, dQ_se = lin.Q, zero(lin.Q)
         if problem.eta2:
-            mean, dQ_se = sample_mean_se(lr**2 * terms(per_sample_terms).g_g)  # (H, H) each
-            dQ = dQ + mean
+            T, T_se = self.eta2_term(problem, state, grad, terms, with_se=True)  # (H, H) each
+            dQ, dQ_se = dQ + lr**2 * T, lr**2 * T_se
         return Drift(lin.M, dQ, lin.b, R, zero(lin.M), dQ_se, zero(lin.b), zero(R))
 
     def vector_field_from(self, problem, state, terms, lr, lr_b):
-        _, lin = self.linear(problem, state, lr, lr_b)
+        grad = self.risk_and_gradient(problem, state)
+        _, lin = self.linear(problem, state, lr, lr_b, grad)
         if not problem.eta2:
             return lin
-        return OrderParameters(lin.M, lin.Q + lr**2 * terms(mean_terms).g_g, lin.b)
+        T, _ = self.eta2_term(problem, state, grad, terms, with_se=False)  # (H, H)
+        return OrderParameters(lin.M, lin.Q + lr**2 * T, lin.b)
+
+
+def _roll(x: Array, c: int, head_axes: int = 1) -> Array:
+    """Relabel the heads h → h + c (mod H) along the first ``head_axes`` axes: 1 for M (H, F)
+    and b (H,), 2 for Q (H, H)."""
+    return jnp.roll(x, (c,) * head_axes, axis=tuple(range(head_axes))) if c else x
 
 
 def _rate(x) -> Array:

@@ -392,7 +392,8 @@ class TheoryOptions(StrictModel):
         "auto",
         description="how the drift's expectations are evaluated: exact (the risk by quadrature, "
         "the η-linear drift as its gradient; only the η² term sampled, on n scrambled Sobol "
-        "samples), qmc (every term on n scrambled Sobol samples), mc (on n Monte-Carlo samples). "
+        "samples of the scores with control variates of exact means), qmc (every term on n "
+        "scrambled Sobol samples), mc (on n Monte-Carlo samples). "
         "auto: qmc (an ODE trajectory needs hundreds of drift evaluations and the exact drift "
         "costs 10–45× more per evaluation; ask for exact where the sampling error matters, e.g. "
         "on plateaus; Bayes-softmax with model.H ≥ 4 heads is out of its reach)",
@@ -413,7 +414,8 @@ class TheoryOptions(StrictModel):
     head_cyclic: Literal["auto"] | bool = Field(
         "auto",
         description="drift samples closed under cyclic shifts of the heads (cost × H), so that "
-        "the estimated drift treats all heads alike. auto: for a symmetric init, and for the "
+        "the estimated drift treats all heads alike (exact: its η² estimate averaged over the "
+        "H cyclic relabellings of the heads instead). auto: for a symmetric init, and for the "
         "perturbed init when task.D > theory.n — there the samples' O(1/√n) asymmetry would "
         "exceed the initial O(1/√D) head differences and decide when heads separate",
     )
