@@ -64,6 +64,7 @@ import headspec as hs  # noqa: E402
 from headspec.core.attention import Softmax  # noqa: E402
 from headspec.core.latent import Discrete  # noqa: E402
 from headspec.core.observables import BaseSamples  # noqa: E402
+from headspec.core.stats import censored_median, weighted_line  # noqa: E402
 from headspec.dynamics.fixed_points import find_fixed_point  # noqa: E402
 from headspec.dynamics.jacobian import drift_jacobian, modes  # noqa: E402
 from headspec.dynamics.ode import DriftProblem, OrderParameters  # noqa: E402
@@ -293,8 +294,8 @@ def escape_times(tr: dict) -> dict:
 
 def summary(x: np.ndarray, horizon: float, rng: np.random.Generator, n_boot: int = 4000) -> dict:
     """Mean ± s.e. over the seeds that escaped (biased low when some are censored), and the
-    median over all seeds that reached the common phase with censored ones at +inf (exact while
-    fewer than half are censored), with a bootstrap s.e."""
+    median over all seeds that reached the common phase with censored ones at +inf
+    (:func:`headspec.core.stats.censored_median`: exact while fewer than half are censored)."""
     x = x[~np.isnan(x)]
     fin = x[np.isfinite(x)]
     n, n_cens = x.size, int(np.isinf(x).sum())
@@ -308,35 +309,17 @@ def summary(x: np.ndarray, horizon: float, rng: np.random.Generator, n_boot: int
         "mean_lower_bound": float(np.where(np.isinf(x), horizon, x).mean()) if n else np.nan,
         "values": [round(float(v), 4) for v in x],
     }
-    med, med_se = np.nan, np.nan
-    if n > 1 and n_cens < n / 2:
-        med = float(np.median(x))
-        boot = np.median(x[rng.integers(0, n, (n_boot, n))], axis=1)
-        boot = boot[np.isfinite(boot)]
-        med_se = float(boot.std(ddof=1)) if boot.size > n_boot // 2 else np.nan
-    out["median"], out["median_se"] = med, med_se
+    out["median"], out["median_se"] = censored_median(x, rng, n_boot)
     return out
 
 
 def wls(lnD: np.ndarray, y: np.ndarray, se: np.ndarray) -> dict:
-    """Weighted least squares y = c + s·ln D with weights 1/se²; slope s.e. from the weights,
-    and χ²/dof (the s.e. is also given inflated by √(χ²/dof) where that exceeds 1)."""
-    X = np.stack([np.ones_like(lnD), lnD], 1)
-    W = 1.0 / se**2
-    cov = np.linalg.inv(X.T @ (W[:, None] * X))
-    beta = cov @ X.T @ (W * y)
-    r = y - X @ beta
-    dof = len(y) - 2
-    chi2 = float((W * r**2).sum())
-    out = {
-        "slope": float(beta[1]),
-        "slope_se": float(np.sqrt(cov[1, 1])),
-        "intercept": float(beta[0]),
-        "chi2": chi2,
-        "dof": dof,
-    }
-    if dof > 0:
-        out["slope_se_scaled"] = out["slope_se"] * float(np.sqrt(max(1.0, chi2 / dof)))
+    """:func:`headspec.core.stats.weighted_line` of y against ln D, as a dict for the JSON."""
+    f = weighted_line(lnD, y, se)
+    out = {"slope": f.slope, "slope_se": f.slope_se, "intercept": f.intercept, "chi2": f.chi2,
+           "dof": f.dof}  # fmt: skip
+    if f.dof > 0:
+        out["slope_se_scaled"] = f.slope_se_scaled
     return out
 
 

@@ -1,10 +1,17 @@
 """Monte-Carlo means with standard errors: the one place where mean ± s.e. is computed.
 
+Also the two statistics of escape-time laws (E2's log-D fit, the escape-time and finite-size
+studies): a median over seeds some of which are censored (:func:`censored_median`) and a
+straight line fitted by weighted least squares (:func:`weighted_line`).
+
 Example:
     >>> MCEstimate.of([1.0, 2.0, 3.0])
     MCEstimate(mean=2.0, se=0.5773502691896258, n=3)
     >>> mean_se([[1.0, 3.0], [2.0, 5.0]], axis=0)
     (array([1.5, 4. ]), array([0.5, 1. ]))
+    >>> fit = weighted_line(np.array([0.0, 1.0, 2.0]), np.array([1.0, 3.0, 5.0]), np.ones(3))
+    >>> round(fit.slope, 6), round(fit.intercept, 6), round(fit.chi2, 6)
+    (2.0, 1.0, 0.0)
 """
 
 from __future__ import annotations
@@ -54,3 +61,49 @@ class MCEstimate(NamedTuple):
 
     def __str__(self) -> str:
         return f"{self.mean:.5f} ± {self.se:.5f}"
+
+
+def censored_median(x, rng: np.random.Generator, n_boot: int = 2000) -> tuple[float, float]:
+    """Median over seeds and its bootstrap standard error, where +inf marks a censored seed (it
+    had not crossed by the horizon) and NaN a seed left out. Exact while fewer than half are
+    censored, else (NaN, NaN); the s.e. is NaN when more than half the resamples' medians are
+    infinite."""
+    x = np.asarray(x, dtype=np.float64)
+    x = x[~np.isnan(x)]
+    n = x.size
+    if n < 2 or np.isinf(x).sum() >= n / 2:
+        return float("nan"), float("nan")
+    boot = np.median(x[rng.integers(0, n, (n_boot, n))], axis=1)  # (n_boot,)
+    boot = boot[np.isfinite(boot)]
+    return float(np.median(x)), float(boot.std(ddof=1)) if boot.size > n_boot // 2 else np.nan
+
+
+class LineFit(NamedTuple):
+    """y = intercept + slope·x by weighted least squares (:func:`weighted_line`)."""
+
+    intercept: float
+    slope: float
+    slope_se: float  # from the weights alone
+    chi2: float
+    dof: int
+
+    @property
+    def chi2_dof(self) -> float:
+        return self.chi2 / self.dof if self.dof > 0 else float("nan")
+
+    @property
+    def slope_se_scaled(self) -> float:
+        """The slope's s.e. inflated by √(χ²/dof) where that exceeds 1 (the points scatter more
+        than their standard errors say)."""
+        return self.slope_se * (float(np.sqrt(max(1.0, self.chi2_dof))) if self.dof > 0 else 1.0)
+
+
+def weighted_line(x, y, se) -> LineFit:
+    """Fit y = a + b·x with weights 1/se² (x, y, se: (k,) arrays, k ≥ 2)."""
+    x, y, se = (np.asarray(v, dtype=np.float64) for v in (x, y, se))
+    X = np.stack([np.ones_like(x), x], 1)  # (k, 2)
+    W = 1.0 / se**2  # (k,)
+    cov = np.linalg.inv(X.T @ (W[:, None] * X))  # (2, 2)
+    beta = cov @ X.T @ (W * y)  # (2,)
+    chi2 = float((W * (y - X @ beta) ** 2).sum())
+    return LineFit(float(beta[0]), float(beta[1]), float(np.sqrt(cov[1, 1])), chi2, len(y) - 2)

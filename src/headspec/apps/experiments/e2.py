@@ -21,6 +21,7 @@ from headspec.apps.experiments.params import Cosine, Count, Positive, RecipePara
 from headspec.apps.experiments.registry import recipe
 from headspec.conventions import results
 from headspec.conventions.runs import law_of
+from headspec.core.stats import censored_median, weighted_line
 from headspec.dynamics import analysis
 
 
@@ -135,32 +136,6 @@ def _logd_runs(ctx: Context):
     return dims, times, T, out[f"logD_{dims[-1]}"]
 
 
-def _median_se(x: np.ndarray, rng: np.random.Generator, n_boot: int = 2000):
-    """Median over the seeds (censored ones at +inf; valid while fewer than half are censored)
-    with a bootstrap standard error."""
-    x = x[~np.isnan(x)]
-    n = x.size
-    if n < 2 or np.isinf(x).sum() >= n / 2:
-        return float("nan"), float("nan")
-    boot = np.median(x[rng.integers(0, n, (n_boot, n))], axis=1)
-    boot = boot[np.isfinite(boot)]
-    return float(np.median(x)), float(boot.std(ddof=1)) if boot.size > n_boot // 2 else np.nan
-
-
-def wls(x: np.ndarray, y: np.ndarray, se: np.ndarray) -> dict:
-    """Weighted least squares y = a + b·x with weights 1/se²: slope, its s.e. (from the weights,
-    inflated by √(χ²/dof) where that exceeds 1), intercept, χ²/dof."""
-    X = np.stack([np.ones_like(x), x], 1)
-    W = 1.0 / se**2
-    cov = np.linalg.inv(X.T @ (W[:, None] * X))
-    beta = cov @ X.T @ (W * y)
-    dof = len(y) - 2
-    chi2 = float((W * (y - X @ beta) ** 2).sum())
-    scale = np.sqrt(max(1.0, chi2 / dof)) if dof > 0 else 1.0
-    return {"a": float(beta[0]), "b": float(beta[1]), "b_se": float(np.sqrt(cov[1, 1]) * scale),
-            "chi2_dof": chi2 / dof if dof > 0 else float("nan")}  # fmt: skip
-
-
 def predicted_slope(ds, seed_index: int, n: int, together_cos: float = 0.99) -> dict | None:
     """1/(2λ) ± s.e. from the saddle theory: the common phase of one seed (its flattest grid
     point, risk per decade of t, while every head is within ``together_cos`` of the heads' mean)
@@ -196,18 +171,18 @@ def predicted_slope(ds, seed_index: int, n: int, together_cos: float = 0.99) -> 
 def _logd_fit(ctx: Context, dims, times, T, example) -> dict:
     p = ctx.params
     rng = np.random.default_rng(0)
-    stats = [_median_se(np.asarray(x, float), rng) for x in times]
+    stats = [censored_median(np.asarray(x, float), rng) for x in times]
     med = np.array([m for m, _ in stats])
     se = np.array([s for _, s in stats])
     ok = np.isfinite(med) & np.isfinite(se) & (se > 0)
     lnD = np.log(np.asarray(dims, float))
-    fit = wls(lnD[ok], med[ok], se[ok]) if ok.sum() >= 3 else None
+    fit = weighted_line(lnD[ok], med[ok], se[ok]) if ok.sum() >= 3 else None
     pred = predicted_slope(example, 0, int(p.saddle_n))
     cens = [int(np.isinf(x).sum()) for x in times]
     per_d = ", ".join(f"D = {d}: {_fmt(m)} ± {_fmt(s, 2)}" + (f" ({c} censored)" if c else "")
                       for d, m, s, c in zip(dims, med, se, cens, strict=True))  # fmt: skip
     nan = float("nan")
-    b, bse = (fit["b"], fit["b_se"]) if fit is not None else (nan, nan)
+    b, bse = (fit.slope, fit.slope_se_scaled) if fit is not None else (nan, nan)
     slope, slope_se = (pred["slope"], pred["slope_se"]) if pred is not None else (nan, nan)
     comb = float(np.hypot(bse, slope_se))
     detail = f"medians {per_d}"
@@ -216,7 +191,7 @@ def _logd_fit(ctx: Context, dims, times, T, example) -> dict:
     elif pred is None:
         detail += "; no saddle prediction (no unstable common phase found)"
     else:
-        detail += (f"; χ²/dof {_fmt(fit['chi2_dof'], 2)}; saddle theory 1/(2λ) = "
+        detail += (f"; χ²/dof {_fmt(fit.chi2_dof, 2)}; saddle theory 1/(2λ) = "
                    f"{_fmt(slope)} ± {_fmt(slope_se, 2)} (λ = {pred['lambda']:.4f} ± "
                    f"{pred['lambda_se']:.4f})")  # fmt: skip
     why = (
@@ -274,11 +249,12 @@ def _figure(ctx: Context, sim, ode, var, order, dims, times, res) -> None:
     dd = np.geomspace(min(dims), max(dims), 50)
     fit, pred = res["fit"], res["pred"]
     if fit is not None:
-        a2.plot(dd, fit["a"] + fit["b"] * np.log(dd), "C0-",
-                label=f"fit: {_fmt(fit['b'])} ± {_fmt(fit['b_se'], 2)} · ln D")  # fmt: skip
+        b_se = _fmt(fit.slope_se_scaled, 2)
+        a2.plot(dd, fit.intercept + fit.slope * np.log(dd), "C0-",
+                label=f"fit: {_fmt(fit.slope)} ± {b_se} · ln D")  # fmt: skip
         if pred is not None:
             mid = np.log(np.sqrt(min(dims) * max(dims)))
-            y0 = fit["a"] + fit["b"] * mid
+            y0 = fit.intercept + fit.slope * mid
             a2.plot(dd, y0 + pred["slope"] * (np.log(dd) - mid), "k--",
                     label=f"saddle theory 1/(2λ) = {_fmt(pred['slope'])}")  # fmt: skip
     a2.set_xscale("log")
