@@ -131,30 +131,6 @@ def test_ordered():
     assert e2._ordered(picks, order).tolist() == [False, True, False]
 
 
-def test_wls_recovers_slope_and_its_se():
-    rng = np.random.default_rng(1)
-    x = np.log(np.array([1e2, 1e3, 1e4, 1e5]))
-    se = np.full(4, 0.5)
-    slopes = []
-    for _ in range(400):
-        y = 10 + 3.4 * x + rng.normal(0, se)
-        slopes.append(e2.wls(x, y, se)["b"])
-    fit = e2.wls(x, 10 + 3.4 * x, se)
-    assert fit["b"] == pytest.approx(3.4) and fit["a"] == pytest.approx(10)
-    assert np.std(slopes) == pytest.approx(fit["b_se"], rel=0.15)
-
-
-def test_median_se_censoring():
-    rng = np.random.default_rng(0)
-    x = np.array([1.0, 2.0, 3.0, 4.0, np.inf])
-    m, s = e2._median_se(x, rng)
-    assert m == 3.0 and s > 0
-    m, s = e2._median_se(np.array([1.0, np.inf, np.inf, 2.0]), rng)  # half censored
-    assert np.isnan(m)
-    m, s = e2._median_se(np.array([1.0, np.nan, 2.0, 3.0]), rng)  # NaN: no common phase, dropped
-    assert m == 2.0
-
-
 def test_pickups():
     import xarray as xr
 

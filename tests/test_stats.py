@@ -1,6 +1,6 @@
-"""core.stats' escape-time statistics against independent routes: the weighted line against
-NumPy's polyfit (another solver) and a Monte-Carlo check of its slope's standard error; the
-censored median against its definition."""
+"""core.stats' escape-time statistics (E2's log-D law, the escape-time studies) against
+independent routes: the weighted line against NumPy's polyfit (another solver) and a Monte-Carlo
+check of its slope's standard error; the censored median against its definition."""
 
 from __future__ import annotations
 
@@ -34,3 +34,4 @@ def test_censored_median():
     assert m == 3.0 and 0 < se < 2  # the median of {1, 2, 3, 5, ∞}
     assert np.isnan(censored_median(np.array([1.0, np.inf, np.inf, 4.0]), rng)[0])  # half censored
     assert np.isnan(censored_median(np.array([1.0]), rng)[0])
+    assert censored_median(np.array([1.0, np.nan, 2.0, 3.0]), rng)[0] == 2.0  # NaN: dropped
