@@ -271,9 +271,8 @@ def _ode_vs_sim(ctx, sim, ode, dev_all, D, p) -> None:
         "quick scale, 4 seeds, see the recipe's TOML: |ΔQ| 0.093 with every term on 512 Sobol "
         "samples per head; 0.008–0.018 with the η² term on 512–2048 samples per head; 0.013 "
         "with the estimator, whose error is ~100× smaller: what is left, like |ΔM|, is the "
-        "simulation's SGD noise). Whole run (after the noise-driven "
-        "escape the seeds' timing differs "
-        f"from the ODE's): risk {100 * dev_all['risk']['max_dev']:.1f} %, |ΔQ| "
+        "simulation's SGD noise). Whole run (after the noise-driven escape the seeds' timing "
+        f"differs from the ODE's): risk {100 * dev_all['risk']['max_dev']:.1f} %, |ΔQ| "
         f"{dev_all['Q']['max_dev']:.2f}",
         all_of=(
             Claim("E1.ode.risk", "risk", "largest relative deviation of the seed-mean risk", r,
