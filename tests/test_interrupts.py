@@ -288,3 +288,46 @@ def test_sweep_ctrl_c_prints_one_line_and_no_worker_traceback(tmp_path):
         line = _one_line(c, "interrupted: ")
         assert "tasks finished and kept in" in line and "run the same command again" in line
         assert c.left_running() == []
+
+
+# ------------------------------------------------------ an interrupt during the cluster's close
+def test_a_signal_while_the_cluster_closes_waits_for_the_close(monkeypatch):
+    """A Ctrl-C that lands while `dask_client` closes its client (the last run just finished) used
+    to abort the close half-way: the client stayed "closing", the cluster closed the event loop,
+    and at exit the client's ``__del__`` printed "Exception ignored … IOLoop is closed" (a slow-
+    tier failure of the reproduce test above on a loaded CI machine). The signal now waits for
+    the close: the client and the cluster end closed, then the interrupt is raised, and nothing
+    is left for a finaliser."""
+    import asyncio
+    import gc
+
+    from distributed import Client
+
+    from headspec.apps.sweep.cluster import dask_client
+
+    closing = threading.Event()
+    plain_close = Client._close
+
+    async def slow_close(self, fast=False):
+        closing.set()
+        await asyncio.sleep(0.5)  # the interrupt arrives now
+        return await plain_close(self, fast=fast)
+
+    monkeypatch.setattr(Client, "_close", slow_close)
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+
+    main = threading.main_thread().ident
+
+    def interrupt_when_closing():  # a real signal to the main thread, waiting in Dask's sync()
+        if closing.wait(30):
+            signal.pthread_kill(main, signal.SIGINT)
+
+    with sigint_not_ignored(), pytest.raises(KeyboardInterrupt):
+        with dask_client(workers=1) as client:
+            assert client.submit(sum, [1, 2]).result() == 3
+            threading.Thread(target=interrupt_when_closing, daemon=True).start()
+    assert closing.is_set() and client.status == "closed", client.status
+    del client
+    gc.collect()
+    assert unraisable == []

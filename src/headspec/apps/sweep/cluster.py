@@ -181,25 +181,76 @@ def dask_client(
             client.close()
         return
     n = workers or available_cores()
-    with (
-        dask.config.set(NO_MALLOC_TRIM),
-        LocalCluster(
-            n_workers=n,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address="127.0.0.1:0",
-            silence_logs=logging.CRITICAL,
-            env=dict(WORKER_ENV),
-            preload=[PRELOAD],  # workers ignore Ctrl-C: the command closes them (worker.py)
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with dask.config.set(NO_MALLOC_TRIM):
+        with _signals_held():  # a Ctrl-C while the workers start: after the cluster is up
+            cluster = LocalCluster(
+                n_workers=n,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address="127.0.0.1:0",
+                silence_logs=logging.CRITICAL,
+                env=dict(WORKER_ENV),
+                preload=[PRELOAD],  # workers ignore Ctrl-C: the command closes them (worker.py)
+            )
+            try:
+                client = Client(cluster)
+            except BaseException:
+                cluster.close()
+                raise
         try:
             yield client
         except KeyboardInterrupt:
-            _stop_workers(cluster)
+            with _signals_held():
+                _stop_workers(cluster)
             raise
+        finally:
+            with _signals_held():  # a Ctrl-C as the last run ends: not half-way through the close
+                client.close()
+                cluster.close()
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold back SIGINT and SIGTERM while a local cluster starts or closes (main thread only),
+    then hand the first one held to the handler it was meant for.
+
+    An interrupt inside Dask's ``Client.close`` cancels the close half-way: the client stays
+    "closing", the cluster then closes the event loop, and at exit the client's ``__del__`` prints
+    "Exception ignored … IOLoop is closed" — a stray traceback after an interrupted command. A
+    second signal while held goes to the handler at once (so two Ctrl-C still stop a close that
+    hangs)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signums = (signal.SIGINT, signal.SIGTERM)
+    handlers = {s: signal.getsignal(s) for s in signums}
+    held: list[int] = []
+
+    def hold(signum, frame):
+        held.append(signum)
+        if len(held) > 1:
+            _deliver(handlers[signum], signum, frame)
+
+    for s in signums:
+        if callable(handlers[s]):  # an ignored or default signal stays as it is
+            signal.signal(s, hold)
+    try:
+        yield
+    finally:
+        for s in signums:
+            if callable(handlers[s]):
+                signal.signal(s, handlers[s])
+        if held:
+            _deliver(handlers[held[0]], held[0], None)
+
+
+def _deliver(handler: Any, signum: int, frame: Any) -> None:
+    if callable(handler):
+        handler(signum, frame)
 
 
 def _stop_workers(cluster: Any, timeout: float = 1.0) -> None:
