@@ -291,6 +291,7 @@ def test_sweep_ctrl_c_prints_one_line_and_no_worker_traceback(tmp_path):
 
 
 # ------------------------------------------------------ an interrupt during the cluster's close
+@pytest.mark.slow  # a Dask cluster (~7 s)
 def test_a_signal_while_the_cluster_closes_waits_for_the_close(monkeypatch):
     """A Ctrl-C that lands while `dask_client` closes its client (the last run just finished) used
     to abort the close half-way: the client stayed "closing", the cluster closed the event loop,
