@@ -198,22 +198,23 @@ def dask_client(
             except BaseException:
                 cluster.close()
                 raise
+        interrupted = False
         try:
             yield client
         except KeyboardInterrupt:
-            with _signals_held():
-                _stop_workers(cluster)
+            interrupted = True  # a further signal now ends the command at once: not held
+            _stop_workers(cluster)
             raise
-        finally:
-            with _signals_held():  # a Ctrl-C as the last run ends: not half-way through the close
+        finally:  # a Ctrl-C as the last run ends waits for the close instead of cutting it short
+            with contextlib.nullcontext() if interrupted else _signals_held():
                 client.close()
                 cluster.close()
 
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """Hold back SIGINT and SIGTERM while a local cluster starts or closes (main thread only),
-    then hand the first one held to the handler it was meant for.
+    """Hold back SIGINT and SIGTERM while a local cluster starts or closes normally (main thread
+    only), then hand the first one held to the handler it was meant for.
 
     An interrupt inside Dask's ``Client.close`` cancels the close half-way: the client stays
     "closing", the cluster then closes the event loop, and at exit the client's ``__del__`` prints
