@@ -181,3 +181,33 @@ def test_a_cache_folder_that_cannot_be_written_leaves_the_cache_off(tmp_path, mo
     before = jax.config.jax_compilation_cache_dir
     provenance.enable_compilation_cache()  # no exception, and the session's folder is kept
     assert jax.config.jax_compilation_cache_dir == before
+
+
+def test_cache_writes_check_the_size_bound_once_per_share_not_every_time(tmp_path, monkeypatch):
+    """JAX's bounded cache lists the whole folder (and reads every entry's access time) at each
+    write: 0.27 s per write with ~6800 entries, which made cold runs slow (tests/test_sgd.py
+    cold beside 6800 other entries: 163 s, 115 s with the check throttled; docs/tests.md).
+    headspec's processes check at their first write and then once per EVICTION_EVERY bytes
+    written — and the bound is still enforced then (the oldest entry goes)."""
+    from jax._src.lru_cache import LRUCache
+
+    from headspec.conventions import provenance
+
+    assert provenance.throttle_cache_eviction(), "this JAX has no LRUCache._evict_if_needed"
+    listed = []
+    glob = type(tmp_path).glob
+
+    def counting_glob(self, pattern):
+        listed.append(pattern)
+        return glob(self, pattern)
+
+    monkeypatch.setattr(type(tmp_path), "glob", counting_glob)
+    monkeypatch.setattr(provenance, "EVICTION_EVERY", 1000)
+    cache = LRUCache(str(tmp_path), max_size=1000)
+    cache.put("first", b"x" * 600)  # a process's first write checks the bound
+    assert len(listed) == 1
+    cache.put("second", b"x" * 600)  # 600 < 1000 bytes since the check: no listing
+    assert len(listed) == 1 and cache.get("first") is not None  # over the bound for now
+    cache.put("third", b"x" * 600)  # 600 + 600 ≥ 1000: checked, the least recently used go
+    assert len(listed) == 2
+    assert cache.get("first") is None and cache.get("third") == b"x" * 600

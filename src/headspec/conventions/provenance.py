@@ -178,4 +178,45 @@ def enable_compilation_cache() -> None:
         # XLA flags, the versions and the device; a GPU still caches whole compiled programs.
         jax.config.update("jax_persistent_cache_enable_xla_caches", None)
     except OSError:  # read-only home: run without the cache
-        pass
+        return
+    throttle_cache_eviction()
+
+
+# JAX's bounded cache (jax._src.lru_cache.LRUCache, jaxlib 0.10) checks the bound at every
+# write: under its file lock it lists the folder and reads every entry's access-time file. With
+# the test suite's ~6800 entries one check took 0.27 s (2026-12-03, 2 cores, warm page cache),
+# so a cold run, which writes thousands of programs into a growing folder, spent a large part of
+# its time — and every other process waiting on the lock — re-listing the folder (measured in
+# tests/test_compiles.py and docs/tests.md). headspec's processes check the bound when they
+# first write and then once per EVICTION_EVERY bytes they have written: the folder can exceed
+# the bound by at most that much per process writing at the same time, and entries are still
+# read and written under the same lock (no torn reads between processes).
+EVICTION_EVERY = CACHE_MAX_BYTES // 20
+
+
+def throttle_cache_eviction() -> bool:
+    """Make JAX's persistent-cache bound check run once per :data:`EVICTION_EVERY` bytes a
+    process writes instead of at every write (see above); returns whether it applies (False
+    where this JAX has no such method: its own behaviour is kept)."""
+    try:
+        from jax._src import lru_cache
+    except ImportError:  # pragma: no cover - another JAX layout
+        return False
+    cls = getattr(lru_cache, "LRUCache", None)
+    check = getattr(cls, "_evict_if_needed", None)
+    if check is None:
+        return False
+    if getattr(check, "_headspec_throttled", False):
+        return True
+
+    def _evict_if_needed(self, *, additional_size: int = 0) -> None:
+        written = getattr(self, "_headspec_written", None)  # bytes since this process's check
+        if written is not None and written + additional_size < EVICTION_EVERY:
+            self._headspec_written = written + additional_size
+            return
+        check(self, additional_size=additional_size)
+        self._headspec_written = 0
+
+    _evict_if_needed._headspec_throttled = True
+    cls._evict_if_needed = _evict_if_needed
+    return True
