@@ -55,6 +55,41 @@ def test_short_help_option():
         assert "Usage" in res.stdout
 
 
+# what a help screen, --version and a config check must not load: JAX alone takes ~2 s
+HEAVY = ("jax", "equinox", "diffrax", "xarray", "matplotlib")
+LOADED = f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+
+
+def test_help_version_and_config_checks_load_no_numerics():
+    """`headspec -h`, `headspec simulate -h` and `--version` answer without importing JAX (0.7 s
+    against 2.5 s on 2 cores, 2026-12-03), and a config is validated — names of activations and
+    engines included — without it too (so refusals of bad input could be as fast); a command
+    that computes still sets JAX up (64-bit)."""
+    for argv in (["-h"], ["simulate", "-h"], ["--version"]):
+        code = ("import sys; from headspec.apps.cli import main; sys.argv = ['headspec', *"
+                f"{argv!r}]\ntry:\n    main()\nexcept SystemExit as e:\n    assert e.code == 0\n"
+                f"{LOADED}")  # fmt: skip
+        res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert res.returncode == 0 and res.stdout.strip().endswith("[]"), (argv, res.stderr)
+    code = ("import sys; from headspec.conventions.config import SimulateConfig, load_config; "
+            "load_config(SimulateConfig, overrides=['model.activation=\"softmax1\"', "
+            f"'train.engine=\"reduced\"', 'task.D=500']); {LOADED}")  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0 and res.stdout.strip() == "[]", res.stderr
+
+
+def test_the_configs_names_are_the_registries_names():
+    """The configs take their activation and engine names from a JAX-free list; each registry
+    checks at import that the list is its keys (here: they agree, and the check can fail)."""
+    from headspec.core.attention import ACTIVATIONS
+    from headspec.core.names import ACTIVATION_NAMES, ENGINE_NAMES, check_registry
+    from headspec.dynamics.engines import ENGINES
+
+    assert tuple(ACTIVATIONS) == ACTIVATION_NAMES and tuple(ENGINES) == ENGINE_NAMES
+    with pytest.raises(RuntimeError, match="fix: list the new one in both"):
+        check_registry(ENGINE_NAMES, {**ENGINES, "new": object}, "engines")
+
+
 def test_simulate_and_theory_take_scale_and_list_the_law_kinds(tmp_path):
     """Item 13: `simulate --scale` exists like `bayes --scale` (here it reaches the config: a
     negative scale is refused naming task.latent.scale), and --latent's help lists the kinds."""

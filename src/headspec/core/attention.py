@@ -31,6 +31,7 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import logsumexp
 
+from headspec.core.names import ACTIVATION_NAMES, check_registry
 from headspec.core.precision import float64
 
 Array = jax.Array
@@ -123,6 +124,7 @@ class BayesSoftmax(Activation):
 ACTIVATIONS: dict[str, type[Activation]] = {
     cls.name: cls for cls in (Softmax, Softmax1, BayesSoftmax)
 }
+check_registry(ACTIVATION_NAMES, ACTIVATIONS, "activations")  # the configs' names, JAX-free
 
 
 def get_activation(name: str, aggregation: str | None = None) -> Activation:

@@ -10,13 +10,15 @@ The paper's laws have entries of 2–3 and variances of a few units.
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from headspec.conventions.config.base import StrictModel, Vector
-from headspec.core import latent
+
+if TYPE_CHECKING:  # the JAX laws are imported only where a config is built
+    from headspec.core import latent
 
 MAX_SIGNAL = 1e3  # plausible |entries| of θ and of c·θ, and the largest scale c
 MAX_VARIANCE = 1e6  # plausible variances of θ and of c·θ (standard deviations up to 1000)
@@ -128,6 +130,8 @@ class SpikeConfig(_VectorLaw):
     a: Vector = Field(description="the fixed latent vector (length F; entries within ±1000)")
 
     def _build(self):
+        from headspec.core import latent  # JAX: only when a law is built
+
         return latent.Spike(self.a)
 
 
@@ -140,6 +144,8 @@ class FlippedSpikeConfig(_VectorLaw):
     )
 
     def _build(self):
+        from headspec.core import latent  # JAX: only when a law is built
+
         return latent.FlippedSpike(self.a)
 
 
@@ -199,6 +205,8 @@ class DiscreteConfig(_LatentBase):
         return len(self.atoms[0])
 
     def _build(self):
+        from headspec.core import latent  # JAX: only when a law is built
+
         return latent.Discrete(self.atoms, self.probs)
 
 
@@ -280,6 +288,8 @@ class GaussianConfig(_LatentBase):
         return len(self.mean)
 
     def _build(self):
+        from headspec.core import latent  # JAX: only when a law is built
+
         return latent.Gaussian(self.mean, cov=self.cov, var=self.var)
 
 

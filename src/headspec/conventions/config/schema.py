@@ -22,9 +22,7 @@ from headspec.conventions.config.latent import (
     _largest,
     check_range,
 )
-from headspec.core.attention import ACTIVATIONS
-from headspec.dynamics.engines import ENGINES
-from headspec.dynamics.engines.reduced import fits as reduced_fits
+from headspec.core.names import ACTIVATION_NAMES, ENGINE_NAMES, reduced_fits
 
 
 # ----------------------------------------------------------------------------- task
@@ -72,7 +70,7 @@ class ModelConfig(StrictModel):
     """The multi-head attention of SPEC §3 and its initialisation (§4)."""
 
     H: PositiveInt = Field(4, description="number of heads")
-    activation: Literal[tuple(ACTIVATIONS)] = "softmax"  # every registered activation
+    activation: Literal[ACTIVATION_NAMES] = "softmax"  # every registered activation
     aggregation: Literal["mean", "sum"] | None = Field(
         None, description="head aggregation; default mean for softmax, sum otherwise"
     )
@@ -137,7 +135,7 @@ class TrainConfig(StrictModel):
     batch: PositiveInt = Field(1, description="fresh sequences per step (summed, not averaged)")
     schedule: Schedule = Field(default_factory=ConstantSchedule)
     dtype: Literal["float32", "float64"] = Field("float32", description="simulation precision")
-    engine: Literal[tuple(ENGINES)] = Field(  # every registered engine
+    engine: Literal[ENGINE_NAMES] = Field(  # every registered engine
         "full",
         description="'full' (D-dimensional keys and tokens), 'reduced' (exact, coordinates "
         "in span(K*, K): per-step cost independent of D; needs D − F − H ≥ batch·L) or "

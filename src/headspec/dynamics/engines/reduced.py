@@ -39,6 +39,7 @@ import jax.numpy as jnp
 
 from headspec.core.attention import loss_finite, predict
 from headspec.core.linalg import bartlett, chi2
+from headspec.core.names import reduced_fits
 from headspec.core.observables import BaseSamples, Observation, population_risk
 from headspec.core.precision import float64
 from headspec.dynamics.engines.base import SGDEngine, SGDState
@@ -46,9 +47,7 @@ from headspec.dynamics.engines.base import SGDEngine, SGDState
 Array = jax.Array
 
 
-def fits(D: int, F: int, H: int, L: int, B: int) -> bool:
-    """Whether the reduced engine can run: it needs D − (F + H) ≥ B·L."""
-    return D - (F + H) >= B * L
+fits = reduced_fits  # whether the reduced engine can run (defined JAX-free, for the configs)
 
 
 class StepRandoms(NamedTuple):
