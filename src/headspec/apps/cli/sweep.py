@@ -231,7 +231,12 @@ def _print_report(plan, report) -> None:
         err.print(f"… and {len(report.failed) - 10} more (see {plan.out / sw.MANIFEST})")
     if report.dataset_path is not None:
         out.print(f"wrote {report.dataset_path}")
-        out.print(f"wrote {sw.save_figure(sw.collect(plan.out), plan.out)}")
+        from headspec.conventions import results
+
+        # the combined file just written, not the points collected again (a second pass over
+        # every point file: 1.3 s of a 7 s command for two points)
+        collected = results.load(report.dataset_path, kinds=("sweep",))
+        out.print(f"wrote {sw.save_figure(collected, plan.out)}")
 
 
 def _managed(folder: Path, with_results: bool = False) -> list[tuple[str, Path]]:
