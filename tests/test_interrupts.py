@@ -292,13 +292,15 @@ def test_sweep_ctrl_c_prints_one_line_and_no_worker_traceback(tmp_path):
 
 # ------------------------------------------------------ an interrupt during the cluster's close
 @pytest.mark.slow  # a Dask cluster (~7 s)
-def test_a_signal_while_the_cluster_closes_waits_for_the_close(monkeypatch):
+@pytest.mark.parametrize("where", ["local", "scheduler"])
+def test_a_signal_while_the_cluster_closes_waits_for_the_close(monkeypatch, where):
     """A Ctrl-C that lands while `dask_client` closes its client (the last run just finished) used
     to abort the close half-way: the client stayed "closing", the cluster closed the event loop,
     and at exit the client's ``__del__`` printed "Exception ignored … IOLoop is closed" (a slow-
     tier failure of the reproduce test above on a loaded CI machine). The signal now waits for
     the close: the client and the cluster end closed, then the interrupt is raised, and nothing
-    is left for a finaliser."""
+    is left for a finaliser. The same for a client on a scheduler given by address (its close
+    had no such guard)."""
     import asyncio
     import gc
 
@@ -324,11 +326,20 @@ def test_a_signal_while_the_cluster_closes_waits_for_the_close(monkeypatch):
         if closing.wait(30):
             signal.pthread_kill(main, signal.SIGINT)
 
-    with sigint_not_ignored(), pytest.raises(KeyboardInterrupt):
-        with dask_client(workers=1) as client:
-            assert client.submit(sum, [1, 2]).result() == 3
-            threading.Thread(target=interrupt_when_closing, daemon=True).start()
-    assert closing.is_set() and client.status == "closed", client.status
+    with contextlib.ExitStack() as stack:
+        kwargs = {"workers": 1}
+        if where == "scheduler":  # a scheduler given by address: only the client is closed
+            from distributed import LocalCluster
+
+            cluster = stack.enter_context(
+                LocalCluster(n_workers=1, processes=False, dashboard_address=None)
+            )
+            kwargs = {"scheduler": cluster.scheduler_address}
+        with sigint_not_ignored(), pytest.raises(KeyboardInterrupt):
+            with dask_client(**kwargs) as client:
+                assert client.submit(sum, [1, 2]).result() == 3
+                threading.Thread(target=interrupt_when_closing, daemon=True).start()
+        assert closing.is_set() and client.status == "closed", client.status
     del client
     gc.collect()
     assert unraisable == []

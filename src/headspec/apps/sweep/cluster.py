@@ -175,10 +175,15 @@ def dask_client(
                 f"cannot reach the Dask scheduler at {scheduler!r} ({type(e).__name__}: {e}); "
                 + _FIX
             ) from None
+        interrupted = False
         try:
             yield client
-        finally:
-            client.close()
+        except KeyboardInterrupt:
+            interrupted = True  # a further signal now ends the command at once: not held
+            raise
+        finally:  # as for a local cluster: a signal waits for a normal close, not cut it short
+            with contextlib.nullcontext() if interrupted else _signals_held():
+                client.close()
         return
     n = workers or available_cores()
     with dask.config.set(NO_MALLOC_TRIM):
