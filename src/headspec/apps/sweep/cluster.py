@@ -175,15 +175,8 @@ def dask_client(
                 f"cannot reach the Dask scheduler at {scheduler!r} ({type(e).__name__}: {e}); "
                 + _FIX
             ) from None
-        interrupted = False
-        try:
+        with _closed_after(client.close):
             yield client
-        except KeyboardInterrupt:
-            interrupted = True  # a further signal now ends the command at once: not held
-            raise
-        finally:  # as for a local cluster: a signal waits for a normal close, not cut it short
-            with contextlib.nullcontext() if interrupted else _signals_held():
-                client.close()
         return
     n = workers or available_cores()
     with dask.config.set(NO_MALLOC_TRIM):
@@ -203,17 +196,31 @@ def dask_client(
             except BaseException:
                 cluster.close()
                 raise
-        interrupted = False
-        try:
+
+        def close():
+            client.close()
+            cluster.close()
+
+        with _closed_after(close, on_interrupt=lambda: _stop_workers(cluster)):
             yield client
-        except KeyboardInterrupt:
-            interrupted = True  # a further signal now ends the command at once: not held
-            _stop_workers(cluster)
-            raise
-        finally:  # a Ctrl-C as the last run ends waits for the close instead of cutting it short
-            with contextlib.nullcontext() if interrupted else _signals_held():
-                client.close()
-                cluster.close()
+
+
+@contextlib.contextmanager
+def _closed_after(close, on_interrupt=None) -> Iterator[None]:
+    """Run the body, then ``close()``: after a normal end with signals held (a Ctrl-C as the last
+    run ends waits for the close instead of cutting it short); after an interrupt, first
+    ``on_interrupt()``, and not held (a further signal ends the command at once)."""
+    interrupted = False
+    try:
+        yield
+    except KeyboardInterrupt:
+        interrupted = True
+        if on_interrupt is not None:
+            on_interrupt()
+        raise
+    finally:
+        with contextlib.nullcontext() if interrupted else _signals_held():
+            close()
 
 
 @contextlib.contextmanager

@@ -103,7 +103,9 @@ class _LatentBase(StrictModel):
 
     def build(self) -> latent.LatentLaw:
         """The JAX law, with the scale applied."""
-        return self._build().scaled(self.scale)
+        from headspec.core import latent  # JAX: imported only where a law is built
+
+        return self._build(latent).scaled(self.scale)
 
 
 class _VectorLaw(_LatentBase):
@@ -129,9 +131,7 @@ class SpikeConfig(_VectorLaw):
     kind: Literal["spike"] = "spike"
     a: Vector = Field(description="the fixed latent vector (length F; entries within ±1000)")
 
-    def _build(self):
-        from headspec.core import latent  # JAX: only when a law is built
-
+    def _build(self, latent):
         return latent.Spike(self.a)
 
 
@@ -143,9 +143,7 @@ class FlippedSpikeConfig(_VectorLaw):
         description="the latent vector whose sign is flipped (length F; entries within ±1000)"
     )
 
-    def _build(self):
-        from headspec.core import latent  # JAX: only when a law is built
-
+    def _build(self, latent):
         return latent.FlippedSpike(self.a)
 
 
@@ -204,9 +202,7 @@ class DiscreteConfig(_LatentBase):
     def F(self):
         return len(self.atoms[0])
 
-    def _build(self):
-        from headspec.core import latent  # JAX: only when a law is built
-
+    def _build(self, latent):
         return latent.Discrete(self.atoms, self.probs)
 
 
@@ -287,9 +283,7 @@ class GaussianConfig(_LatentBase):
     def F(self):
         return len(self.mean)
 
-    def _build(self):
-        from headspec.core import latent  # JAX: only when a law is built
-
+    def _build(self, latent):
         return latent.Gaussian(self.mean, cov=self.cov, var=self.var)
 
 

@@ -47,9 +47,6 @@ from headspec.dynamics.engines.base import SGDEngine, SGDState
 Array = jax.Array
 
 
-fits = reduced_fits  # whether the reduced engine can run (defined JAX-free, for the configs)
-
-
 class StepRandoms(NamedTuple):
     z: Array  # (B, L, s) token projections on S (before the spike)
     T: Array  # (B, L, B·L) Bartlett coordinates of the parts orthogonal to S
@@ -89,7 +86,7 @@ class ReducedEngine(SGDEngine):
 
     def __check_init__(self):
         F, H, D, L, B = self.law.F, self.H, self.D, self.L, self.B
-        if not fits(D, F, H, L, B):
+        if not reduced_fits(D, F, H, L, B):
             raise ValueError(
                 f"the reduced engine needs D − (F + H) ≥ B·L, got D = {D}, F + H = {F + H}, "
                 f'B·L = {B * L}; fix: use train.engine = "full" at this small D'
