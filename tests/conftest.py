@@ -45,7 +45,7 @@ from headspec.conventions.provenance import (
     user_cache_folder,
     writable_folder,
 )
-from headspec.core.compiles import release_if_crowded
+from headspec.core.compiles import collect_less, release_if_crowded
 
 if "HEADSPEC_JAX_CACHE" not in os.environ:
     _folder = user_cache_folder("jax-tests")
@@ -137,6 +137,7 @@ SMOKE_FIXTURE = "smoke_report"
 SMOKE_CHILD = (
     "import sys; from headspec.conventions.provenance import enable_compilation_cache; "
     "enable_compilation_cache(); "
+    "from headspec.core.compiles import collect_less; collect_less(); "
     "from headspec.apps.experiments import reproduce; "
     "outs = reproduce(scale='smoke', outdir=sys.argv[1], log=lambda s: print(s, flush=True)); "
     "sys.exit(0 if all(o.error is None for o in outs) else 3)"
@@ -205,7 +206,10 @@ def pytest_xdist_make_scheduler(config, log):
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_finish(session):
-    """Start the smoke reproduction (once per session) if a selected test reads it."""
+    """Collect cycles less often from here on (every module is imported now: headspec.core.compiles
+    .collect_less; its garbage collector took ~6 % of a tracing-heavy process by default), and
+    start the smoke reproduction (once per session) if a selected test reads it."""
+    collect_less()
     if not _wants_smoke(session.items):
         return
     folder = _smoke_folder()

@@ -211,3 +211,18 @@ def test_cache_writes_check_the_size_bound_once_per_share_not_every_time(tmp_pat
     cache.put("third", b"x" * 600)  # 600 + 600 ≥ 1000: checked, the least recently used go
     assert len(listed) == 2
     assert cache.get("first") is None and cache.get("third") == b"x" * 600
+
+
+def test_collect_less_freezes_what_is_alive_and_collects_the_first_generation_less_often():
+    """The process set-up of the command line and the test processes (core.compiles)."""
+    import gc
+
+    from headspec.core.compiles import collect_less
+
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    try:
+        collect_less(12_345)
+        assert gc.get_threshold() == (12_345, 20, 20)
+        assert gc.get_freeze_count() >= max(frozen, 1)
+    finally:
+        gc.set_threshold(*before)

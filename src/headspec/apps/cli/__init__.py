@@ -93,9 +93,11 @@ def main() -> None:
             import jax
 
             from headspec.conventions.provenance import enable_compilation_cache
+            from headspec.core.compiles import collect_less
 
             jax.config.update("jax_enable_x64", True)
             enable_compilation_cache()
+            collect_less()
         app()  # exits through SystemExit (Typer's standalone mode)
         code = 0
     except SystemExit as e:
