@@ -5,8 +5,9 @@ Run:  python benchmarks/machine_speed.py        (any Python; no headspec needed)
 Prints the median of 5 timings of a fixed pure-Python workload (dict updates and small-object
 allocation, the kind of work JAX's tracing does). Shared 2-core machines drift a lot: on this
 project's machine one timing of it read 0.51–0.53 s at 10:45 and 1.0–1.5 s at 11:20
-(2026-12-03), and three runs of the same test suite between them took 252, 349 and 414 s. A wall time is comparable
-with another only when this number is close; otherwise compare within one run (ratios).
+(2026-12-03), and three runs of the same test suite between them took 252, 349 and 414 s. A
+wall time is comparable with another only when this number is close; otherwise compare within
+one run (ratios).
 """
 
 from __future__ import annotations

@@ -137,8 +137,8 @@ SMOKE_FIXTURE = "smoke_report"
 SMOKE_CHILD = (
     "import sys; from headspec.conventions.provenance import enable_compilation_cache; "
     "enable_compilation_cache(); "
-    "from headspec.core.compiles import collect_less; collect_less(); "
     "from headspec.apps.experiments import reproduce; "
+    "from headspec.core.compiles import collect_less; collect_less(); "
     "outs = reproduce(scale='smoke', outdir=sys.argv[1], log=lambda s: print(s, flush=True)); "
     "sys.exit(0 if all(o.error is None for o in outs) else 3)"
 )

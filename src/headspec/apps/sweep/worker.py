@@ -89,10 +89,13 @@ def _same_folder(folder: Path, token: str) -> bool:
 
 def _worker_setup() -> None:
     """Once per worker process: JAX's 64-bit mode (a worker is a process of headspec's own, like
-    the command line; the runs choose float64 locally anyway) and the disk cache of compilations."""
+    the command line; the runs choose float64 locally anyway), the disk cache of compilations
+    and, as the command line does, a less frequent cycle collector (core.compiles.collect_less)."""
     import jax
 
     from headspec.conventions.provenance import enable_compilation_cache
+    from headspec.core.compiles import collect_less
 
     jax.config.update("jax_enable_x64", True)
     enable_compilation_cache()
+    collect_less()
