@@ -1,0 +1,63 @@
+"""A split of heads over a law's directions as a fixed point, and its kind (dynamics.splitmap,
+the cell of issue 27's map): a constructed stable case, checked by the rule (Re λ against 3 s.e.)
+and against the exact method's rate (an independent route: the η-linear drift by quadrature
+instead of samples), and a split that is no fixed point."""
+
+import numpy as np
+import pytest
+
+from headspec.core.attention import Softmax
+from headspec.core.latent import Discrete
+from headspec.core.observables import BaseSamples
+from headspec.dynamics.problem import DriftProblem, Exact, Sampled
+from headspec.dynamics.splitmap import classify_split
+
+LAW = Discrete([[2.5, 0.0], [0.0, 2.5]])  # two orthogonal atoms, equal weights
+ATOMS = np.asarray(LAW.atoms)
+L, LR = 4, 1.0
+# The even split's leading rate by the exact method (Exact(base): η-linear drift by quadrature,
+# η² term on the same 2048 Sobol samples), 2026-12-03; recomputed by the slow test below. The
+# sampled method's rate scatters around it by its standard error (2e-4 at n = 2048).
+EXACT_RATE = -0.0013919
+
+
+def _problem(method: str) -> DriftProblem:
+    base = BaseSamples.sobol(0, LAW, L=L, H=2, n=2048)
+    m = Sampled(base) if method == "sampled" else Exact(base)
+    return DriftProblem(Softmax(), LAW, L=L, lr=LR, method=m)
+
+
+@pytest.fixture(scope="module")
+def cells():
+    p = _problem("sampled")
+    return {sizes: classify_split(p, ATOMS, sizes) for sizes in ((1, 1), (2,))}
+
+
+def test_the_even_split_is_a_stable_minimum(cells):
+    even = cells[1, 1]
+    assert even.found and even.split == "1:1" and even.kind == "minimum"
+    assert even.n_unstable == even.n_marginal == 0
+    assert even.lead_rate < -3 * even.lead_se  # the rule, with its margin
+    assert abs(even.lead_rate - EXACT_RATE) < 3 * even.lead_se
+
+
+def test_both_heads_on_one_atom_is_no_fixed_point(cells):
+    """From every guess scale the solve ends on the common phase (both heads on the atoms' mean
+    direction, cosine 0.71 with each: on neither, by the margin), not on the split asked for."""
+    both = cells[2,]
+    assert not both.found and both.kind == "no fixed point" and both.state is None
+    assert both.split == "2:0"
+    assert np.isnan(both.risk) and np.isnan(both.lead_rate)
+
+
+def test_a_group_without_heads_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match=r"sizes \(2, 0\).*fix: list only the directions"):
+        classify_split(_problem("sampled"), ATOMS, (2, 0))
+
+
+@pytest.mark.slow  # test tier: the exact method's Jacobian (~30 s on 2 cores)
+def test_the_exact_method_gives_the_same_kind_and_the_quoted_rate():
+    cell = classify_split(_problem("exact"), ATOMS, (1, 1))
+    assert cell.kind == "minimum"
+    assert cell.lead_rate == pytest.approx(EXACT_RATE, abs=1e-6)
+    assert cell.lead_se < 1e-4
