@@ -10,7 +10,7 @@ from headspec.core.attention import Softmax
 from headspec.core.latent import Discrete
 from headspec.core.observables import BaseSamples
 from headspec.dynamics.problem import DriftProblem, Exact, Sampled
-from headspec.dynamics.splitmap import classify_split
+from headspec.dynamics.splitmap import classify_split, splits_of
 
 LAW = Discrete([[2.5, 0.0], [0.0, 2.5]])  # two orthogonal atoms, equal weights
 ATOMS = np.asarray(LAW.atoms)
@@ -61,3 +61,20 @@ def test_the_exact_method_gives_the_same_kind_and_the_quoted_rate():
     assert cell.kind == "minimum"
     assert cell.lead_rate == pytest.approx(EXACT_RATE, abs=1e-6)
     assert cell.lead_se < 1e-4
+
+
+@pytest.mark.parametrize(
+    "H, J, want",
+    [(4, 2, [(4,), (3, 1), (2, 2)]), (3, 2, [(3,), (2, 1)]), (5, 2, [(5,), (4, 1), (3, 2)]),
+     (6, 2, [(6,), (5, 1), (4, 2), (3, 3)]), (3, 3, [(3,), (2, 1), (1, 1, 1)]), (1, 3, [(1,)]),
+     (4, 3, [(4,), (3, 1), (2, 2), (2, 1, 1)])],
+)  # fmt: skip
+def test_splits_of_lists_every_split_once_most_uneven_first(H, J, want):
+    got = splits_of(H, J)
+    assert got == want
+    assert all(sum(s) == H and len(s) <= J and list(s) == sorted(s, reverse=True) for s in got)
+
+
+def test_splits_of_refuses_no_heads():
+    with pytest.raises(ValueError, match="fix: both at least 1"):
+        splits_of(0, 2)

@@ -51,7 +51,7 @@ from headspec.dynamics.problem import DriftProblem, OrderParameters
 from headspec.dynamics.saddles import describe_mode
 from headspec.dynamics.splits import head_labels, mode_se, split_name, stability
 
-__all__ = ["SplitPoint", "classify_split", "split_guess"]
+__all__ = ["SplitPoint", "classify_split", "classify_splits", "split_guess", "splits_of"]
 
 SCALES = (1.0, 0.6, 1.5)  # guess scales tried, first to last
 
@@ -148,3 +148,32 @@ def classify_split(
     name = ":".join(str(s) for s in want + [0] * (len(dirs) - len(want)))  # "4:0", "3:1"
     nan = float("nan")
     return SplitPoint(sizes, name, False, "no fixed point", nan, nan, nan, 0, 0, "", nan, None)
+
+
+def splits_of(H: int, J: int) -> list[tuple[int, ...]]:
+    """Every split of H heads over at most J directions, each with its larger groups first, in
+    descending lexicographic order (the most concentrated first): ``splits_of(4, 2)`` →
+    [(4,), (3, 1), (2, 2)], i.e. 4:0, 3:1, 2:2."""
+    if H < 1 or J < 1:
+        raise ValueError(f"H = {H} heads over J = {J} directions; fix: both at least 1")
+
+    def parts(n: int, most: int, k: int):  # partitions of n, parts ≤ most, at most k parts
+        if n == 0:
+            yield ()
+            return
+        if k == 0:
+            return
+        for first in range(min(n, most), 0, -1):
+            for rest in parts(n - first, first, k - 1):
+                yield (first, *rest)
+
+    return list(parts(H, H, J))
+
+
+def classify_splits(
+    problem: DriftProblem, directions: np.ndarray, H: int, **kwargs
+) -> list[SplitPoint]:
+    """:func:`classify_split` for every split of ``H`` heads over the directions, in the order of
+    :func:`splits_of`; ``kwargs`` go to :func:`classify_split`."""
+    J = len(np.asarray(directions))
+    return [classify_split(problem, directions, sizes, **kwargs) for sizes in splits_of(H, J)]
