@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 
 from headspec.core.attention import Softmax
-from headspec.core.latent import Discrete
+from headspec.core.latent import Discrete, Gaussian
 from headspec.core.observables import BaseSamples
 from headspec.dynamics.problem import DriftProblem, Exact, Sampled
-from headspec.dynamics.splitmap import classify_split, splits_of
+from headspec.dynamics.splitmap import classify_split, split_map, splits_of
 
 LAW = Discrete([[2.5, 0.0], [0.0, 2.5]])  # two orthogonal atoms, equal weights
 ATOMS = np.asarray(LAW.atoms)
@@ -31,6 +31,16 @@ def _problem(method: str) -> DriftProblem:
 def cells():
     p = _problem("sampled")
     return {sizes: classify_split(p, ATOMS, sizes) for sizes in ((1, 1), (2,))}
+
+
+@pytest.fixture(scope="module")
+def grid():
+    """A 3-point map along the amplitude at η = 1 (one guess scale: the cells above found theirs
+    at the first)."""
+    done = []
+    out = split_map(_problem("sampled"), ATOMS, 2, [2.0, 2.5, 3.0], [1.0], scales=(1.0,),
+                    progress=lambda i, n: done.append((i, n)))  # fmt: skip
+    return out, done
 
 
 def test_the_even_split_is_a_stable_minimum(cells):
@@ -59,6 +69,8 @@ def test_a_group_without_heads_is_refused_with_the_fix():
 def test_the_exact_method_gives_the_same_kind_and_the_quoted_rate():
     cell = classify_split(_problem("exact"), ATOMS, (1, 1))
     assert cell.kind == "minimum"
+    (flow,) = split_map(_problem("sampled"), ATOMS, 2, [2.5], [0.0])  # gradient flow: η-linear
+    assert {p.sizes: p.kind for p in flow.splits} == {(2,): "no fixed point", (1, 1): "minimum"}
     assert cell.lead_rate == pytest.approx(EXACT_RATE, abs=1e-6)
     assert cell.lead_se < 1e-4
 
@@ -78,3 +90,34 @@ def test_splits_of_lists_every_split_once_most_uneven_first(H, J, want):
 def test_splits_of_refuses_no_heads():
     with pytest.raises(ValueError, match="fix: both at least 1"):
         splits_of(0, 2)
+
+
+def test_the_map_is_the_cells_computed_one_by_one(grid, cells):
+    """Two routes to the same numbers: the grid at amplitude 2.5, η = 1 is classify_split there."""
+    out, done = grid
+    assert [(c.amplitude, c.eta) for c in out] == [(2.0, 1.0), (2.5, 1.0), (3.0, 1.0)]
+    assert done == [(1, 3), (2, 3), (3, 3)]
+    first = {c.sizes: c for c in out[1].splits}
+    assert list(first) == [(2,), (1, 1)]
+    for sizes, direct in cells.items():
+        assert first[sizes].kind == direct.kind
+        assert first[sizes].lead_rate == pytest.approx(direct.lead_rate, rel=1e-9, nan_ok=True)
+
+
+def test_the_even_split_stays_a_minimum_along_the_small_grid(grid):
+    """A stronger signal keeps 1:1 a stable minimum and 2:0 no fixed point; the even split's
+    risk falls as the atoms grow (a stronger signal is easier)."""
+    out, _ = grid
+    for c in out:
+        s = {p.sizes: p for p in c.splits}
+        assert s[1, 1].kind == "minimum" and not s[2,].found, (c.amplitude, c.eta)
+    even = [c.splits[1].risk for c in out]
+    assert even[0] > even[1] > even[2]
+
+
+def test_the_map_refuses_a_law_it_cannot_scale():
+    law = Gaussian([0.0, 0.0], var=[1.0, 1.0])
+    base = BaseSamples.sobol(0, law, L=L, H=2, n=64)
+    p = DriftProblem(Softmax(), law, L=L, lr=LR, method=Sampled(base))
+    with pytest.raises(ValueError, match="fix: give a problem on a discrete law"):
+        split_map(p, np.eye(2), 2, [1.0], [1.0])

@@ -38,9 +38,11 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
+import equinox as eqx
 import jax.numpy as jnp
 import numpy as np
 
@@ -51,7 +53,10 @@ from headspec.dynamics.problem import DriftProblem, OrderParameters
 from headspec.dynamics.saddles import describe_mode
 from headspec.dynamics.splits import head_labels, mode_se, split_name, stability
 
-__all__ = ["SplitPoint", "classify_split", "classify_splits", "split_guess", "splits_of"]
+__all__ = [
+    "MapCell", "SplitPoint", "classify_split", "classify_splits", "split_guess", "split_map",
+    "splits_of",
+]  # fmt: skip
 
 SCALES = (1.0, 0.6, 1.5)  # guess scales tried, first to last
 
@@ -177,3 +182,49 @@ def classify_splits(
     :func:`splits_of`; ``kwargs`` go to :func:`classify_split`."""
     J = len(np.asarray(directions))
     return [classify_split(problem, directions, sizes, **kwargs) for sizes in splits_of(H, J)]
+
+
+class MapCell(NamedTuple):
+    """One setting of a map: the law's amplitude, the learning rate (0: gradient flow) and every
+    split's :class:`SplitPoint` (in the order of :func:`splits_of`)."""
+
+    amplitude: float
+    eta: float
+    splits: list[SplitPoint]
+
+
+def split_map(
+    problem: DriftProblem,
+    directions: np.ndarray,
+    H: int,
+    amplitudes: Sequence[float],
+    etas: Sequence[float],
+    progress: Callable[[int, int], None] | None = None,
+    **kwargs,
+) -> list[MapCell]:
+    """Every split of ``H`` heads at every (amplitude, η) of a grid: the law of ``problem`` with
+    its atoms (and ``directions``) scaled to each amplitude (relative to the first direction's
+    norm), at learning rates η = η_b; η = 0 is gradient flow (the η-linear drift, its rates
+    per unit η). Law and η are data of the compiled programs, so the grid costs the first
+    setting's compilation and then about a second per split and setting.
+    ``progress(done, total)`` after each setting."""
+    from headspec.core.latent import Discrete
+
+    law = problem.law
+    if not isinstance(law, Discrete):
+        raise ValueError(
+            f"split_map scales a discrete law's atoms; got {type(law).__name__}; fix: give a "
+            "problem on a discrete law (its atoms are the directions)"
+        )
+    dirs = np.asarray(directions, np.float64)
+    unit = float(np.linalg.norm(dirs[0]))
+    total, cells = len(amplitudes) * len(etas), []
+    for a in amplitudes:
+        f = float(a) / unit
+        at = dataclasses.replace(problem, law=eqx.tree_at(lambda w: w.atoms, law, law.atoms * f))
+        for eta in etas:
+            q = at.linear().with_lr(1.0) if eta == 0 else at.with_lr(float(eta))
+            cells.append(MapCell(float(a), float(eta), classify_splits(q, dirs * f, H, **kwargs)))
+            if progress is not None:
+                progress(len(cells), total)
+    return cells
