@@ -12,11 +12,11 @@ full drift's Jacobian (every head free: :func:`~headspec.dynamics.jacobian.drift
 the one rule of :func:`~headspec.dynamics.splits.stability` (Re λ against 3 s.e.). Several guess
 scales are tried, first to last; the first fixed point that keeps the split is the answer.
 
-Bias guesses (modelling choice of this module, not of the paper; any bias that converges gives
-the same fixed point): 0 for softmax (a common shift does nothing); for softmax-1
-−scale²·|d|² − log(size) (the hidden token's score scale²·|d|² then gives the group a mass of
-order one); for Bayes-softmax the constructed optimum's log(p) − scale²·|d|²/2 − log(size), with
-p = 1/G (identical heads share one direction's prior).
+Bias guesses (modelling choice of this module, not of the paper; like the guess scales they only
+choose where the solve starts, and every point found is checked): 0 for softmax (a common shift
+does nothing); for softmax-1 −scale²·|d|² − log(size) (the hidden token's score scale²·|d|² then
+gives the group a mass of order one); for Bayes-softmax the constructed optimum's
+log(p) − scale²·|d|²/2 − log(size), with p = 1/G (identical heads share one direction's prior).
 
 Measured (tests/test_splitmap.py; softmax, two orthogonal atoms 2.5·e_f, L = 4, η = 1,
 2026-12-03): with two heads the even split 1:1 is a stable minimum (leading rate −0.00139 by the
@@ -25,9 +25,11 @@ common phase, both heads on the atoms' mean direction, which the margin counts o
 four heads the group-symmetric 2:2 and 3:1 states are fixed points and both saddles by the rule
 (+0.0051 ± 0.0011 and +0.0060 ± 0.0013 at n = 2048): their unstable modes split a group's
 identical heads — what that means for rearrangement is the map's question (issue 27), not
-settled here. One classification costs two compiled programs (the least-squares solve and the
-Jacobian, ~10 s of tracing each on 2 cores) and then about a second per setting of the same
-shapes.
+settled here. One classification compiles two programs (the least-squares solve and the
+Jacobian, ~10 s of tracing each on 2 cores at H = 2); further settings of the same shapes reuse
+them. The run time per setting grows with H, L and n: the H = 2, L = 4, n = 2048 test grid takes
+a few seconds per setting, a 4-head map at L = 10, n = 4096 took 1–5 min per setting (2 shared
+cores).
 
 Example:
     >>> import numpy as np
@@ -51,7 +53,7 @@ from headspec.dynamics.fixed_points import find_fixed_point
 from headspec.dynamics.jacobian import drift_jacobian, modes
 from headspec.dynamics.problem import DriftProblem, OrderParameters
 from headspec.dynamics.saddles import describe_mode
-from headspec.dynamics.splits import head_labels, mode_se, split_name, stability
+from headspec.dynamics.splits import counts, head_labels, mode_se, split_name, stability
 
 __all__ = [
     "MapCell", "SplitPoint", "classify_split", "classify_splits", "split_guess", "split_map",
@@ -65,7 +67,7 @@ class SplitPoint(NamedTuple):
     """One split's fixed point and its kind (``kind`` "no fixed point" when none kept it)."""
 
     sizes: tuple[int, ...]  # heads per direction
-    split: str  # its name ("3:1", …; splits.split_name of the fixed point's labels)
+    split: str  # its name ("3:1", …; splits.split_name, which names two directions)
     found: bool  # a fixed point with this split was found
     kind: str  # "minimum" | "saddle" | "marginal" | "no fixed point"
     risk: float  # its D → ∞ risk (NaN if none)
@@ -129,7 +131,7 @@ def classify_split(
             continue
         M, Q = np.asarray(fp.state.M), np.asarray(fp.state.Q)  # (H, F), (H, H)
         labels = head_labels(M, Q, dirs, min_cos=min_cos, margin=margin)  # (H,)
-        got = np.bincount(labels[labels >= 0], minlength=len(dirs))  # (J,)
+        got = counts(labels, len(dirs))  # (J,) heads per direction
         if (labels < 0).any() or sorted(got[got > 0], reverse=True) != want:
             continue  # the heads left their directions: another split's fixed point
         F = M.shape[1]
@@ -150,7 +152,7 @@ def classify_split(
             scale=float(scale),
             state=fp.state,
         )
-    name = ":".join(str(s) for s in want + [0] * (len(dirs) - len(want)))  # "4:0", "3:1"
+    name = split_name(np.repeat(np.arange(len(sizes)), sizes))  # the split asked for: "4:0", …
     nan = float("nan")
     return SplitPoint(sizes, name, False, "no fixed point", nan, nan, nan, 0, 0, "", nan, None)
 
@@ -205,8 +207,8 @@ def split_map(
     """Every split of ``H`` heads at every (amplitude, η) of a grid: the law of ``problem`` with
     its atoms (and ``directions``) scaled to each amplitude (relative to the first direction's
     norm), at learning rates η = η_b; η = 0 is gradient flow (the η-linear drift, its rates
-    per unit η). Law and η are data of the compiled programs, so the grid costs the first
-    setting's compilation and then about a second per split and setting.
+    per unit η). Law and η are data of the compiled programs, so the grid compiles once (once
+    more for η = 0, whose drift has no η² term); see the module for the time per setting.
     ``progress(done, total)`` after each setting."""
     from headspec.core.latent import Discrete
 
