@@ -23,7 +23,7 @@ EXACT_RATE = -0.0013919
 
 def _problem(method: str) -> DriftProblem:
     base = BaseSamples.sobol(0, LAW, L=L, H=2, n=2048)
-    m = Sampled(base) if method == "sampled" else Exact(base)
+    m = Sampled(base, name="qmc") if method == "sampled" else Exact(base)  # as the config builds
     return DriftProblem(Softmax(), LAW, L=L, lr=LR, method=m)
 
 
@@ -58,6 +58,29 @@ def test_both_heads_on_one_atom_is_no_fixed_point(cells):
     assert not both.found and both.kind == "no fixed point" and both.state is None
     assert both.split == "2:0"
     assert np.isnan(both.risk) and np.isnan(both.lead_rate)
+
+
+def test_a_setting_from_its_config_is_the_same_classification(cells, tmp_path):
+    """The config route (conventions.splitmap: SplitMapConfig → build → classify_splits → a
+    dataset) gives the cells above bit for bit: same law, L, η, samples (Sobol seed 0, n = 2048)."""
+    from headspec.conventions import results
+    from headspec.conventions.config import load_config
+    from headspec.conventions.config.splitmap import SplitMapConfig
+    from headspec.conventions.splitmap import classify_setting
+
+    cfg = load_config(SplitMapConfig, overrides=[
+        'task.latent={kind="discrete", atoms=[[2.5, 0.0], [0.0, 2.5]]}', f"task.L={L}",
+        "model.H=2", f"map.lr={LR}", "map.n=2048"])  # fmt: skip
+    done = []
+    ds = classify_setting(cfg, lambda i, n: done.append((i, n)))
+    assert done == [(1, 2), (2, 2)]
+    assert ds.split.values.tolist() == ["2:0", "1:1"]
+    assert ds.kind.values.tolist() == ["no fixed point", "minimum"]
+    assert float(ds.lead_rate.sel(split="1:1")) == cells[1, 1].lead_rate
+    assert float(ds.risk.sel(split="1:1")) == cells[1, 1].risk
+    assert str(ds.uneven_kind.values) == "none" and str(ds.balanced_kind.values) == "minimum"
+    back = results.load(results.save(ds, tmp_path / "cell.nc"), kinds=("splitmap",))
+    assert back.lead_se.sel(split="1:1") == cells[1, 1].lead_se
 
 
 def test_a_group_without_heads_is_refused_with_the_fix():
@@ -121,3 +144,63 @@ def test_the_map_refuses_a_law_it_cannot_scale():
     p = DriftProblem(Softmax(), law, L=L, lr=LR, method=Sampled(base))
     with pytest.raises(ValueError, match="fix: give a problem on a discrete law"):
         split_map(p, np.eye(2), 2, [1.0], [1.0])
+
+
+def test_a_boundary_needs_a_sign_change_between_its_ends():
+    """The even split stays a minimum from a = 2 to 3: no boundary to bisect (two probes)."""
+    from headspec.dynamics.splitmap import locate_boundary
+
+    with pytest.raises(ValueError, match=r"1:1: Re λ has the same sign.*fix: choose ends"):
+        locate_boundary(_problem("sampled"), ATOMS, (1, 1), 2.0, 3.0, eta=LR)
+    with pytest.raises(ValueError, match="fix: 0 < low < high"):
+        locate_boundary(_problem("sampled"), ATOMS, (1, 1), 3.0, 2.0, eta=LR)
+
+
+def test_an_excursion_needs_a_fixed_point(cells):
+    from headspec.dynamics.splitmap import excursion
+
+    with pytest.raises(ValueError, match=r"2:0 has no fixed point.*fix"):
+        excursion(_problem("sampled"), cells[2,], ATOMS)
+
+
+# Four heads on the flipped spike ±a at L = 4 (E6's law, a short sequence: ~20 s a setting).
+SPIKE = Discrete([[1.0], [-1.0]])
+
+
+def _spike_problem() -> DriftProblem:
+    base = BaseSamples.sobol(0, SPIKE, L=4, H=4, n=2048)
+    return DriftProblem(Softmax(), SPIKE, L=4, lr=1.0, method=Sampled(base, name="qmc"))
+
+
+@pytest.mark.slow  # test tier: an ODE excursion from a 4-head saddle (~1 min on 2 cores)
+def test_misplaced_heads_rearrange_from_a_saddle_to_the_even_split():
+    """The paper's rearrangement, as the ODE shows it: at a = 1.5 the 3:1 split is a saddle
+    (measured 2026-12-03: +0.0069 ± 0.0009), and from it nudged by 10⁻³ along its leading mode,
+    on both sides, the heads end in the even split 2:2 at a lower risk (0.3316 against 0.3451),
+    changing split at t ≈ 1300 after a bump of ~10⁻⁶ in the risk."""
+    from headspec.dynamics.splitmap import at_setting, excursion
+
+    q, dirs = at_setting(_spike_problem(), np.asarray(SPIKE.atoms), 1.5, 1.0)
+    p = classify_split(q, dirs, (3, 1))
+    assert p.kind == "saddle" and p.lead_rate > 3 * p.lead_se
+    for e in excursion(q, p, dirs):
+        assert (e.start_split, e.end_split, e.failed) == ("3:1", "2:2", False)
+        assert e.end_risk < e.start_risk - 0.01  # the even split is better by ~0.013
+        assert 0 < e.t_change < e.T and e.max_risk >= e.start_risk
+
+
+@pytest.mark.slow  # test tier: bisection of a boundary, four classifications (~2 min on 2 cores)
+def test_the_3_1_boundary_is_located_by_bisection_in_the_amplitude():
+    """3:1 is a saddle at a = 2.5 and stable at 3.5 (η = 1, L = 4); bisection to a quarter
+    locates the sign change of its leading rate between 2.75 and 3.0 (measured 2026-12-03: rate
+    +0.00004 ± 0.0003 at 2.75, −0.00029 at 3.0 — at 2.75 within its error of zero, so the
+    boundary is where the estimate on these samples changes sign, within a band of ~0.3 in a)."""
+    from headspec.dynamics.splitmap import locate_boundary
+
+    seen = []
+    b = locate_boundary(_spike_problem(), np.asarray(SPIKE.atoms), (3, 1), 2.5, 3.5, eta=1.0,
+                        tol=0.25, progress=lambda a, p: seen.append(a))  # fmt: skip
+    assert seen == [2.5, 3.5, 3.0, 2.75]
+    assert (b.low, b.high) == (2.75, 3.0) and b.middle == 2.875
+    assert b.at_low.lead_rate > 0 > b.at_high.lead_rate
+    assert [a for a, _ in b.probes] == seen

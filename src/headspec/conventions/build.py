@@ -168,6 +168,25 @@ def analysis_problem(
     return DriftProblem(activation(cfg.model), law, cfg.task.L, lr, lr_b, strategy, eta2)
 
 
+def split_map_problem(cfg) -> tuple[DriftProblem, np.ndarray]:
+    """The DriftProblem of one setting of the map of uneven splits
+    (:class:`~headspec.conventions.config.splitmap.SplitMapConfig`) and the directions heads
+    split over (the law's atoms, scaled, (J, F)). At ``map.lr`` = 0 the drift is the η-linear
+    one at η = 1 (gradient flow: rates per unit η); else the full drift at η = η_b = map.lr.
+    Base samples as :func:`analysis_problem` (Sobol scrambled by ``cfg.seed``; mc: drawn)."""
+    law = cfg.task.latent.build()
+    H, L, opts = cfg.model.H, cfg.task.L, cfg.map
+    if opts.method == "mc":
+        key = jax.random.fold_in(jax.random.key(cfg.seed), 0x6472)  # "dr"
+        base = BaseSamples.draw(key, law, L, H, opts.n)
+    else:
+        base = BaseSamples.sobol(cfg.seed, law, L, H, opts.n)
+    strategy = Exact(base, FINE) if opts.method == "exact" else Sampled(base, name=opts.method)
+    eta = opts.lr if opts.lr > 0 else 1.0
+    problem = DriftProblem(activation(cfg.model), law, L, eta, eta, strategy, opts.lr > 0)
+    return problem, np.asarray(law.atoms, np.float64)
+
+
 def initial_state(cfg) -> InitialState:
     """The ODE's initial-state strategy of a :class:`~headspec.conventions.config.TheoryConfig`."""
     init, model = cfg.theory.init, cfg.model

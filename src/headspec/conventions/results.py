@@ -55,12 +55,14 @@ _DESCRIBED = {
     "theory": "a theory result (headspec theory)",
     "saddles": "a saddles file (headspec saddles)",
     "sweep": "a collected sweep (headspec sweep)",
+    "splitmap": "a setting of the map of uneven splits (a sweep of kind splitmap)",
 }
 _FIX = {
     "simulation": "give a file written by headspec simulate",
     "theory": "give a file written by headspec theory",
     "saddles": "give a file written by headspec saddles",
     "sweep": "give the sweep.nc written by headspec sweep (or headspec sweep collect)",
+    "splitmap": "give a point file of a sweep of kind splitmap",
 }
 
 # required variables of each kind → their dimensions
@@ -104,6 +106,18 @@ _SADDLES_VARIABLES = {
 _SADDLES_ATTRS = ("kind", "D", "seed", "source_kind", "config_json")
 _SWEEP_ATTRS = ("kind", "sweep_kind", "spec_json", "axes", "points", "points_finished")
 _SWEEP_VARIABLES = ("status", "config_json", "bayes_risk", "risk", "M", "Q", "b")  # + axes dims
+_SPLITMAP_VARIABLES = {  # conventions.splitmap: one setting of the map of uneven splits
+    **{v: ("split",) for v in ("found", "balanced", "risk", "lead_rate", "lead_se")},
+    **{v: ("split",) for v in ("n_unstable", "n_marginal")},
+    "n_heads": ("split", "direction"),
+    "M": ("split", "head", "feature"),
+    "Q": ("split", "head", "head2"),
+    "b": ("split", "head"),
+    **{v: () for v in ("amplitude", "eta", "uneven_rate", "balanced_risk", "risk_advantage")},
+}
+_SPLITMAP_TEXT = {"kind": ("split",), "mode": ("split",), "uneven_kind": (), "balanced_kind": ()}
+_SPLITMAP_ATTRS = ("kind", "config_json")
+_SPLITMAP_SWEEP_VARIABLES = ("status", "config_json", "kind", "risk", "lead_rate", "uneven_kind")
 
 
 class ResultError(ValueError):
@@ -259,6 +273,8 @@ def _schema_problem(ds: xr.Dataset, kind: str) -> str | None:
         attrs = _RUN_ATTRS
     elif kind == "saddles":
         need, attrs = _SADDLES_VARIABLES, _SADDLES_ATTRS
+    elif kind == "splitmap":
+        need, attrs = _SPLITMAP_VARIABLES, _SPLITMAP_ATTRS
     else:
         need, attrs = {}, _SWEEP_ATTRS
     for a in attrs:
@@ -273,6 +289,8 @@ def _schema_problem(ds: xr.Dataset, kind: str) -> str | None:
             return f"variable {name!r} is not numeric ({ds[name].dtype})"
     if kind == "sweep":
         return _sweep_problem(ds)
+    if kind == "splitmap":
+        return _splitmap_problem(ds)
     for d in ("head", "feature") + (("seed", "t") if kind in RUN_KINDS else ()):
         if ds.sizes[d] < 1:
             return f"dimension {d!r} is empty"
@@ -294,10 +312,11 @@ def _sweep_problem(ds: xr.Dataset) -> str | None:
         return f"its axes/spec_json attributes are not JSON ({_one_line(e)})"
     if not (isinstance(axes, list) and axes and all(isinstance(a, str) for a in axes)):
         return "its axes attribute is not a list of axis names"
-    kind = {"simulate": "simulation", "theory": "theory"}.get(ds.attrs["sweep_kind"])
+    kinds = {"simulate": "simulation", "theory": "theory", "splitmap": "splitmap"}
+    kind = kinds.get(ds.attrs["sweep_kind"])
     if kind is None:
-        return f"sweep_kind {ds.attrs['sweep_kind']!r} is neither 'simulate' nor 'theory'"
-    for name in _SWEEP_VARIABLES:
+        return f"sweep_kind {ds.attrs['sweep_kind']!r} is not one of {', '.join(kinds)}"
+    for name in _SPLITMAP_SWEEP_VARIABLES if kind == "splitmap" else _SWEEP_VARIABLES:
         if name not in ds.variables:
             return f"variable {name!r} is missing"
         if tuple(ds[name].dims[: len(axes)]) != tuple(axes):
@@ -311,13 +330,28 @@ def _sweep_problem(ds: xr.Dataset) -> str | None:
     return None
 
 
+def _splitmap_problem(ds: xr.Dataset) -> str | None:
+    """What is wrong in a split map's setting beyond its numeric variables, or None."""
+    for name, dims in _SPLITMAP_TEXT.items():
+        if name not in ds.variables:
+            return f"variable {name!r} is missing"
+        if ds[name].dims != dims:
+            return f"variable {name!r} has dimensions {ds[name].dims}, not {dims}"
+    if ds.sizes["head2"] != ds.sizes["head"]:
+        return f"head2 has {ds.sizes['head2']} entries but head has {ds.sizes['head']}"
+    return _config_problem(ds.attrs["config_json"], "splitmap", ds.sizes["head"],
+                           ds.sizes["feature"])  # fmt: skip
+
+
 def _config_problem(text, kind: str, H: int | None = None, F: int | None = None) -> str | None:
     """What is wrong with a recorded ``config_json`` of a ``kind`` run, or None."""
     from pydantic import ValidationError
 
     from headspec.conventions.config import SimulateConfig, TheoryConfig, format_validation_error
+    from headspec.conventions.config.splitmap import SplitMapConfig
 
-    model = TheoryConfig if kind == "theory" else SimulateConfig
+    models = {"theory": TheoryConfig, "splitmap": SplitMapConfig}
+    model = models.get(kind, SimulateConfig)
     try:
         raw = json.loads(text)
     except (TypeError, ValueError) as e:

@@ -56,8 +56,9 @@ from headspec.dynamics.saddles import describe_mode
 from headspec.dynamics.splits import counts, head_labels, mode_se, split_name, stability
 
 __all__ = [
-    "MapCell", "SplitPoint", "classify_split", "classify_splits", "split_guess", "split_map",
-    "splits_of",
+    "Boundary", "Excursion", "MapCell", "SplitPoint", "at_setting", "classify_split",
+    "classify_splits", "excursion", "is_balanced", "locate_boundary", "most_stable_uneven",
+    "split_guess", "split_map", "splits_of",
 ]  # fmt: skip
 
 SCALES = (1.0, 0.6, 1.5)  # guess scales tried, first to last
@@ -67,7 +68,7 @@ class SplitPoint(NamedTuple):
     """One split's fixed point and its kind (``kind`` "no fixed point" when none kept it)."""
 
     sizes: tuple[int, ...]  # heads per direction
-    split: str  # its name ("3:1", …; splits.split_name, which names two directions)
+    split: str  # its name over every direction ("3:1", "2:1:1", "4:0:0"; splits.split_name)
     found: bool  # a fixed point with this split was found
     kind: str  # "minimum" | "saddle" | "marginal" | "no fixed point"
     risk: float  # its D → ∞ risk (NaN if none)
@@ -78,6 +79,7 @@ class SplitPoint(NamedTuple):
     mode: str  # the leading mode in words (saddles.describe_mode)
     scale: float  # the guess scale that found it (NaN if none)
     state: OrderParameters | None  # the fixed point (H heads, group by group)
+    lead_vector: np.ndarray | None = None  # the leading mode on the flat (M, Q, b), unit norm
 
 
 def split_guess(
@@ -140,7 +142,7 @@ def classify_split(
         lead = next((m for m in ms if not m.zero), None)
         return SplitPoint(
             sizes=sizes,
-            split=split_name(labels),
+            split=split_name(labels, J=len(dirs)),
             found=True,
             kind=st.kind,
             risk=float(fp.risk),
@@ -151,8 +153,9 @@ def classify_split(
             mode=describe_mode(lead, H, F) if lead else "",
             scale=float(scale),
             state=fp.state,
+            lead_vector=None if lead is None else np.asarray(lead.vector, np.float64),
         )
-    name = split_name(np.repeat(np.arange(len(sizes)), sizes))  # the split asked for: "4:0", …
+    name = split_name(np.repeat(np.arange(len(sizes)), sizes), J=len(dirs))  # asked for: "4:0"
     nan = float("nan")
     return SplitPoint(sizes, name, False, "no fixed point", nan, nan, nan, 0, 0, "", nan, None)
 
@@ -178,12 +181,41 @@ def splits_of(H: int, J: int) -> list[tuple[int, ...]]:
 
 
 def classify_splits(
-    problem: DriftProblem, directions: np.ndarray, H: int, **kwargs
+    problem: DriftProblem,
+    directions: np.ndarray,
+    H: int,
+    progress: Callable[[int, int], None] | None = None,
+    **kwargs,
 ) -> list[SplitPoint]:
     """:func:`classify_split` for every split of ``H`` heads over the directions, in the order of
-    :func:`splits_of`; ``kwargs`` go to :func:`classify_split`."""
+    :func:`splits_of`; ``kwargs`` go to :func:`classify_split`; ``progress(done, total)`` after
+    each split."""
     J = len(np.asarray(directions))
-    return [classify_split(problem, directions, sizes, **kwargs) for sizes in splits_of(H, J)]
+    every, out = splits_of(H, J), []
+    for sizes in every:
+        out.append(classify_split(problem, directions, sizes, **kwargs))
+        if progress is not None:
+            progress(len(out), len(every))
+    return out
+
+
+def is_balanced(sizes: Sequence[int], J: int) -> bool:
+    """The most even split of its heads over ``J`` directions: group sizes (empty directions
+    counted as 0) differ by at most one — 2:2, 2:1, 1:1:0 (two heads, three directions)."""
+    full = list(sizes) + [0] * (J - len(sizes))
+    return max(full) - min(full) <= 1
+
+
+_ORDER = {"minimum": 0, "marginal": 1, "saddle": 2}  # most stable first
+
+
+def most_stable_uneven(points: Sequence[SplitPoint], J: int) -> SplitPoint | None:
+    """The uneven split (not :func:`is_balanced`) whose fixed point is the most stable — a
+    minimum before a marginal point before a saddle, then the smallest leading rate — or None
+    where no uneven split is a fixed point. It decides the map's colour: where it is a stable
+    minimum, heads started there stay in an uneven split; where it is a saddle, they leave."""
+    found = [p for p in points if p.found and not is_balanced(p.sizes, J)]
+    return min(found, key=lambda p: (_ORDER[p.kind], p.lead_rate), default=None)
 
 
 class MapCell(NamedTuple):
@@ -195,6 +227,28 @@ class MapCell(NamedTuple):
     splits: list[SplitPoint]
 
 
+def at_setting(
+    problem: DriftProblem, directions: np.ndarray, amplitude: float, eta: float
+) -> tuple[DriftProblem, np.ndarray]:
+    """``problem`` with its discrete law's atoms (and ``directions``) scaled so that the first
+    direction has norm ``amplitude``, at η = η_b = ``eta`` (0: gradient flow — the η-linear drift
+    at η = 1, its rates per unit η). Law and η are data of the compiled programs: every setting
+    of the same shapes reuses them."""
+    from headspec.core.latent import Discrete
+
+    law = problem.law
+    if not isinstance(law, Discrete):
+        raise ValueError(
+            f"a map scales a discrete law's atoms; got {type(law).__name__}; fix: give a "
+            "problem on a discrete law (its atoms are the directions)"
+        )
+    dirs = np.asarray(directions, np.float64)
+    f = float(amplitude) / float(np.linalg.norm(dirs[0]))
+    at = dataclasses.replace(problem, law=eqx.tree_at(lambda w: w.atoms, law, law.atoms * f))
+    q = at.linear().with_lr(1.0) if eta == 0 else at.with_lr(float(eta))
+    return q, dirs * f
+
+
 def split_map(
     problem: DriftProblem,
     directions: np.ndarray,
@@ -204,29 +258,163 @@ def split_map(
     progress: Callable[[int, int], None] | None = None,
     **kwargs,
 ) -> list[MapCell]:
-    """Every split of ``H`` heads at every (amplitude, η) of a grid: the law of ``problem`` with
-    its atoms (and ``directions``) scaled to each amplitude (relative to the first direction's
-    norm), at learning rates η = η_b; η = 0 is gradient flow (the η-linear drift, its rates
-    per unit η). Law and η are data of the compiled programs, so the grid compiles once (once
-    more for η = 0, whose drift has no η² term); see the module for the time per setting.
-    ``progress(done, total)`` after each setting."""
-    from headspec.core.latent import Discrete
-
-    law = problem.law
-    if not isinstance(law, Discrete):
-        raise ValueError(
-            f"split_map scales a discrete law's atoms; got {type(law).__name__}; fix: give a "
-            "problem on a discrete law (its atoms are the directions)"
-        )
-    dirs = np.asarray(directions, np.float64)
-    unit = float(np.linalg.norm(dirs[0]))
+    """Every split of ``H`` heads at every (amplitude, η) of a grid (:func:`at_setting`); the
+    grid compiles once (once more for η = 0, whose drift has no η² term); see the module for the
+    time per setting. ``progress(done, total)`` after each setting."""
     total, cells = len(amplitudes) * len(etas), []
     for a in amplitudes:
-        f = float(a) / unit
-        at = dataclasses.replace(problem, law=eqx.tree_at(lambda w: w.atoms, law, law.atoms * f))
         for eta in etas:
-            q = at.linear().with_lr(1.0) if eta == 0 else at.with_lr(float(eta))
-            cells.append(MapCell(float(a), float(eta), classify_splits(q, dirs * f, H, **kwargs)))
+            q, dirs = at_setting(problem, directions, a, eta)
+            cells.append(MapCell(float(a), float(eta), classify_splits(q, dirs, H, **kwargs)))
             if progress is not None:
                 progress(len(cells), total)
     return cells
+
+
+class Boundary(NamedTuple):
+    """Where a split's leading rate changes sign along the amplitude: between ``low`` and
+    ``high`` (``high − low`` ≤ the tolerance asked for), with every classification made on the
+    way as ``(amplitude, SplitPoint)`` in the order computed."""
+
+    sizes: tuple[int, ...]
+    eta: float
+    low: float
+    high: float
+    at_low: SplitPoint
+    at_high: SplitPoint
+    probes: list[tuple[float, SplitPoint]]
+
+    @property
+    def middle(self) -> float:
+        return 0.5 * (self.low + self.high)
+
+
+def locate_boundary(
+    problem: DriftProblem,
+    directions: np.ndarray,
+    sizes: Sequence[int],
+    low: float,
+    high: float,
+    eta: float,
+    tol: float = 0.05,
+    progress: Callable[[float, SplitPoint], None] | None = None,
+    **kwargs,
+) -> Boundary:
+    """Bisect in the amplitude a for the sign change of split ``sizes``'s leading rate Re λ at
+    learning rate ``eta`` (:func:`at_setting`): from a saddle (Re λ > 0) to a stable point, or
+    back, between ``low`` and ``high``. The kinds (:func:`~headspec.dynamics.splits.stability`)
+    name each end; a "marginal" end means the sign is within 3 s.e. of zero there. Each probe
+    is one :func:`classify_split` (``kwargs``), ``progress(a, point)`` after each; about
+    log2((high − low)/tol) + 2 of them.
+
+    Refused (ValueError, with the fix): ends where the split is no fixed point, ends with the
+    same sign (no boundary between them), or a probe on the way that finds no fixed point (the
+    split disappears before its kind changes: the boundary is of another kind)."""
+    if not 0 < low < high:
+        raise ValueError(f"amplitudes low = {low:g}, high = {high:g}; fix: 0 < low < high")
+    probes: list[tuple[float, SplitPoint]] = []
+
+    def probe(a: float) -> SplitPoint:
+        q, dirs = at_setting(problem, directions, a, eta)
+        p = classify_split(q, dirs, sizes, **kwargs)
+        probes.append((a, p))
+        if progress is not None:
+            progress(a, p)
+        if not p.found:
+            raise ValueError(
+                f"split {p.split} is no fixed point at a = {a:g} (η = {eta:g}): no sign change "
+                "of its rate to follow there; fix: choose ends where the map finds it"
+            )
+        return p
+
+    at_low, at_high = probe(low), probe(high)
+    sign = np.sign(at_low.lead_rate)
+    if sign == np.sign(at_high.lead_rate):
+        raise ValueError(
+            f"split {at_low.split}: Re λ has the same sign at a = {low:g} ({at_low.lead_rate:+.3g})"
+            f" and a = {high:g} ({at_high.lead_rate:+.3g}); fix: choose ends on both sides of a "
+            "change of kind on the map"
+        )
+    while high - low > tol:
+        mid = 0.5 * (low + high)
+        p = probe(mid)
+        if np.sign(p.lead_rate) == sign:
+            low, at_low = mid, p
+        else:
+            high, at_high = mid, p
+    return Boundary(tuple(int(s) for s in sizes), float(eta), low, high, at_low, at_high, probes)
+
+
+class Excursion(NamedTuple):
+    """Where the ODE goes from a split's fixed point nudged along its leading mode (one sign)."""
+
+    sign: int  # +1 or −1: the side of the mode
+    start_split: str  # the split at t = 0 (the fixed point's, unless the nudge moved a head)
+    end_split: str  # the split at T
+    t_change: float  # first grid time at which the split differs from the start (NaN: never)
+    start_risk: float
+    max_risk: float  # the bump of the excursion (≥ start_risk)
+    end_risk: float
+    T: float  # the horizon
+    failed: bool  # the solver failed (the values stop at its last good state)
+
+
+def _nudge(state: OrderParameters, v: np.ndarray, eps: float) -> OrderParameters:
+    """state + eps·v/max|v| (flat (M, Q, b) vector), with Q − MMᵀ projected back to PSD."""
+    M0, Q0, b0 = (np.asarray(x, np.float64) for x in state)
+    H, F = M0.shape
+    v = np.asarray(v, np.float64) / max(float(np.abs(v).max()), 1e-300)
+    M = M0 + eps * v[: H * F].reshape(H, F)
+    Q = Q0 + eps * v[H * F : H * F + H * H].reshape(H, H)
+    b = b0 + eps * v[H * F + H * H :]
+    C = Q - M @ M.T
+    w, U = np.linalg.eigh(0.5 * (C + C.T))
+    C = (U * np.clip(w, 0.0, None)) @ U.T
+    return OrderParameters(M, M @ M.T + C, b)
+
+
+@float64
+def excursion(
+    problem: DriftProblem,
+    point: SplitPoint,
+    directions: np.ndarray,
+    eps: float = 1e-3,
+    T: float | None = None,
+    points: int = 40,
+    min_cos: float = 0.5,
+    margin: float = 0.1,
+) -> list[Excursion]:
+    """Integrate the ODE (:func:`~headspec.dynamics.ode.integrate`, constant η of ``problem``)
+    from the split's fixed point plus ``eps`` (largest entry) along its leading mode, on both
+    sides, to ``T`` (default 25/Re λ clipped to [200, 4000]: ~25 e-folds of the instability)
+    on a log grid of ``points`` times; the split along the way by the labels of
+    :func:`classify_split`. The risk is measured on the problem's own base samples.
+
+    A saddle's excursion tells where the heads go (the end split) and what it costs (the bump
+    ``max_risk − start_risk``); from a stable point both sides come back (end split = start)."""
+    from headspec.core.schedules import Constant
+    from headspec.dynamics.ode import integrate
+
+    if point.state is None or point.lead_vector is None:
+        raise ValueError(f"split {point.split} has no fixed point (or no mode) to start from; "
+                         "fix: pass a SplitPoint with found = True")  # fmt: skip
+    if T is None:
+        T = float(np.clip(25.0 / max(point.lead_rate, 1e-6), 200.0, 4000.0))
+    ts = np.concatenate([[0.0], np.geomspace(min(1.0, T / 10), T, points)])
+    starts = [_nudge(point.state, point.lead_vector, s * eps) for s in (1.0, -1.0)]
+    y0 = OrderParameters(*(jnp.stack([jnp.asarray(st[k]) for st in starts]) for k in range(3)))
+    obs, fail_t, _ = integrate(y0, ts, problem, problem.base, Constant(), 1e-6, 1e-8)
+    dirs = np.asarray(directions, np.float64)
+    out = []
+    for s, sign in enumerate((1, -1)):
+        names = [
+            split_name(head_labels(o.M[s], o.Q[s], dirs, min_cos=min_cos, margin=margin),
+                       J=len(dirs))
+            for o in obs
+        ]  # fmt: skip
+        risks = np.array([float(o.risk[s]) for o in obs])
+        change = next((float(t) for t, n in zip(ts, names, strict=True) if n != names[0]), np.nan)
+        out.append(Excursion(sign, names[0], names[-1], change, float(risks[0]),
+                             float(np.nanmax(risks)), float(risks[-1]), float(T),
+                             bool(np.isfinite(fail_t[s]))))  # fmt: skip
+    return out

@@ -65,15 +65,19 @@ def counts(labels, J: int = 2) -> np.ndarray:
     return np.stack([(labels == j).sum(-1) for j in range(J)], axis=-1)
 
 
-def split_name(labels, sep: str = ":") -> str:
-    """'3:1' (largest group first; ``sep`` between), then '+k idle', '+k undecided'.
+def split_name(labels, sep: str = ":", J: int = 2) -> str:
+    """'3:1' (largest group first; ``sep`` between), then '+k idle', '+k undecided'. One group
+    per direction: ``J`` of them, or more where a label names a later direction ('2:1:1').
 
     >>> split_name([0, 0, 0, 1]), split_name([1, -2, 1, 0], sep="+")
     ('3:1', '2+1 +1 idle')
+    >>> split_name([0, 0, 0, 0], J=3), split_name([2, 0, 1, 0])
+    ('4:0:0', '2:1:1')
     """
     lab = np.asarray(labels)
-    c = sorted((int((lab == j).sum()) for j in range(2)), reverse=True)
-    out = f"{c[0]}{sep}{c[1]}"
+    J = max(J, int(lab.max(initial=-1)) + 1)
+    c = sorted((int((lab == j).sum()) for j in range(J)), reverse=True)
+    out = sep.join(str(k) for k in c)
     for code, word in ((IDLE, "idle"), (UNDECIDED, "undecided")):
         k = int((lab == code).sum())
         if k:

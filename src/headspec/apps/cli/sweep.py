@@ -252,7 +252,8 @@ def _managed(folder: Path, with_results: bool = False) -> list[tuple[str, Path]]
     ]
     if with_results:
         managed += [("the sweep's combined dataset", folder / sw.COLLECTED),
-                    ("the sweep's figure", folder / sw.FIGURE)]  # fmt: skip
+                    ("the sweep's figure", folder / sw.FIGURE),
+                    ("the sweep's figure", folder / sw.MAP_FIGURE)]  # fmt: skip
     return managed
 
 
@@ -271,7 +272,8 @@ def sweep_collect(
     except sw.SweepError as e:
         fail(str(e))
     target = out_path or folder / sw.COLLECTED
-    figure = target.parent / sw.FIGURE
+    kind = sw.read_manifest(folder)["spec"].get("kind", "simulate")
+    figure = target.parent / sw.figure_name(kind)
     check_paths([("--out", target), ("the figure", figure)], [], _managed(folder))
     try:
         ds = sw.collect(folder)

@@ -13,7 +13,8 @@ their failure time; NaNs show as gaps and are ignored by means and standard erro
 Modules: :mod:`.common` (colours, titles, seed index, log time axis, NaN-aware mean and
 standard error), :mod:`.risk` (:func:`plot_risk`), :mod:`.overlaps` (:func:`plot_overlaps`,
 :func:`plot_compare_overlaps`, :func:`plot_head_similarity`), :mod:`.prune` (:func:`plot_prune`),
-:mod:`.saddles` (:func:`plot_saddles`),
+:mod:`.saddles` (:func:`plot_saddles`), :mod:`.splitmap` (:func:`plot_split_map`, the map of
+uneven splits of a splitmap sweep),
 :mod:`.sweep` (:func:`final_risk`, :func:`plot_sweep`), :mod:`.save` (:func:`save_figures`;
 :func:`write_figure`, through which every figure file is written, atomically).
 
@@ -31,6 +32,7 @@ from headspec.apps.plots.prune import plot_prune
 from headspec.apps.plots.risk import plot_risk
 from headspec.apps.plots.saddles import plot_saddles
 from headspec.apps.plots.save import FIGURES, save_figures, write_figure
+from headspec.apps.plots.splitmap import plot_split_map
 from headspec.apps.plots.sweep import final_risk, plot_sweep
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "plot_prune",
     "plot_risk",
     "plot_saddles",
+    "plot_split_map",
     "plot_sweep",
     "save_figures",
     "write_figure",

@@ -1,10 +1,11 @@
 """Sweeps over grids of configs on dask.distributed: resumable, loss-free, one combined dataset.
 
-A sweep spec (TOML) names a base config (``simulate`` or ``theory``), the axes to vary, the seeds
-and the output folder::
+A sweep spec (TOML) names a base config (``simulate``, ``theory`` or ``splitmap``: one setting
+of the map of uneven splits per point, :mod:`headspec.conventions.splitmap`), the axes to vary,
+the seeds and the output folder::
 
     [sweep]
-    kind = "simulate"              # or "theory"
+    kind = "simulate"              # or "theory", "splitmap"
     base = "two_phase.toml"        # optional base config, relative to this file
     out = "sweeps/phase"           # output folder (relative to the current directory)
     seeds = 8                      # seeds per grid point (default: the base config's)
@@ -26,7 +27,8 @@ records each finished task in ``OUT/manifest.json`` (the spec, its hash, and per
 status, file checksum and error). Re-running the same sweep skips the tasks whose file is
 intact (checksum, or config hash read from the file) and runs the rest; a changed spec is
 refused unless forced. :func:`collect` combines the points into one dataset with the swept
-parameters as coordinates (``OUT/sweep.nc``).
+parameters as coordinates (``OUT/sweep.nc``) and draws its figure (the final risk, or the map
+of uneven splits).
 
 Modules: :mod:`.spec` (the TOML spec), :mod:`.plan` (the resolved tasks and their hashes),
 :mod:`.manifest` (the folder's bookkeeping), :mod:`.worker` (:func:`run_task`, run by the Dask
@@ -49,7 +51,15 @@ from headspec.apps.sweep.cluster import (
     probe_scheduler,
     tls_security,
 )
-from headspec.apps.sweep.collect import COLLECTED, FIGURE, collect, save_collected, save_figure
+from headspec.apps.sweep.collect import (
+    COLLECTED,
+    FIGURE,
+    MAP_FIGURE,
+    collect,
+    figure_name,
+    save_collected,
+    save_figure,
+)
 from headspec.apps.sweep.driver import Report, check_folder, prepare, run
 from headspec.apps.sweep.errors import SweepError
 from headspec.apps.sweep.manifest import (
@@ -77,6 +87,7 @@ __all__ = [
     "FIGURE",
     "MANIFEST",
     "MANIFEST_VERSION",
+    "MAP_FIGURE",
     "MODELS",
     "TOKEN",
     "WORKER_ENV",
@@ -94,6 +105,7 @@ __all__ = [
     "collect",
     "config_hash",
     "dask_client",
+    "figure_name",
     "load_spec",
     "prepare",
     "probe_scheduler",

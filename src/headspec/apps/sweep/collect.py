@@ -1,5 +1,6 @@
 """Collecting a sweep: its finished point files combined into one dataset (``OUT/sweep.nc``),
-with the swept parameters as coordinates, and its final-risk figure."""
+with the swept parameters as coordinates, and its figure (the final risk of a simulate or theory
+sweep; the map of uneven splits of a splitmap sweep)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,12 @@ from headspec.apps.sweep.manifest import read_manifest
 
 COLLECTED = "sweep.nc"
 FIGURE = "sweep_final_risk.png"
+MAP_FIGURE = "sweep_split_map.png"  # of a splitmap sweep
+
+
+def figure_name(kind: str) -> str:
+    """The figure's file name of a sweep of ``kind``."""
+    return MAP_FIGURE if kind == "splitmap" else FIGURE
 
 
 def collect(folder: str | Path) -> Any:
@@ -21,9 +28,11 @@ def collect(folder: str | Path) -> Any:
 
     Dimensions: the axes (coordinates = swept values; tables as JSON strings), then the result
     dims (seed, t, head, …). Per point: ``status`` ("done", "diverged", "failed", "pending"),
-    ``bayes_risk``, ``bayes_risk_se`` and ``config_json``. Missing points are NaN. If the
-    points' time grids differ (e.g. a sweep over D), ``t`` becomes a variable over
-    (axes…, t_index). Raises :class:`SweepError` if no point is finished.
+    ``bayes_risk``, ``bayes_risk_se`` and ``config_json``. Missing points are NaN (text "").
+    If the points' time grids differ (e.g. a sweep over D), ``t`` becomes a variable over
+    (axes…, t_index). A splitmap sweep has no time: its points' dims are split, head, …, and
+    settings with other numbers of heads are joined on the split names (NaN where a split does
+    not exist). Raises :class:`SweepError` if no point is finished.
     """
     import xarray as xr
 
@@ -40,19 +49,17 @@ def collect(folder: str | Path) -> Any:
         raise SweepError(f"{folder}: no point is finished yet; fix: run the sweep first")
     n_points = int(np.prod(shape))
     per_point = {p: _join_seed_blocks(items) for p, items in chunks.items()}
-    grids = {p: (ds.t.values, ds.step.values) for p, ds in per_point.items()}
-    ref = next(iter(grids.values()))
-    shared = all(
-        g[0].shape == ref[0].shape and np.array_equal(g[0], ref[0]) for g in grids.values()
-    )
     template = next(iter(per_point.values()))
+    shared = "t" not in template.dims or _shared_grid(per_point)
     nested: Any = np.empty(shape, dtype=object)
     for p, index in enumerate(np.ndindex(*shape)):
         st = status.get(p, ["pending"])  # of the point's seed blocks
         nested[index] = _point_ds(per_point.get(p), st, template, shared, axes, index)
     assert p == n_points - 1
+    fill = {k: "" if _is_text(v) else np.nan for k, v in template.data_vars.items()}
+    fill |= {"status": "pending", "config_json": ""}
     combined = xr.combine_nested(
-        nested.tolist(), concat_dim=names, join="outer", combine_attrs="drop", fill_value=np.nan
+        nested.tolist(), concat_dim=names, join="outer", combine_attrs="drop", fill_value=fill
     )
     for a in axes:
         combined[a["name"]].attrs["config_key"] = a["key"]
@@ -69,6 +76,16 @@ def collect(folder: str | Path) -> Any:
     return combined
 
 
+def _shared_grid(per_point: dict) -> bool:
+    """Every point has the same time grid."""
+    grids = [ds.t.values for ds in per_point.values()]
+    return all(g.shape == grids[0].shape and np.array_equal(g, grids[0]) for g in grids)
+
+
+def _is_text(v) -> bool:
+    return v.dtype.kind in "USO"
+
+
 def _read_points(folder: Path, manifest: dict) -> tuple[dict[int, list], dict[int, list[str]]]:
     """Per grid point: its finished seed blocks as ``(first seed, dataset)``, and the statuses of
     all its seed blocks."""
@@ -80,7 +97,7 @@ def _read_points(folder: Path, manifest: dict) -> tuple[dict[int, list], dict[in
         status.setdefault(e["point"], []).append(e["status"])
         if e["status"] in ("done", "diverged"):
             try:
-                ds = results.load(folder / e["file"])
+                ds = results.load(folder / e["file"], kinds=(*results.RUN_KINDS, "splitmap"))
             except results.ResultError as err:
                 raise SweepError(
                     f"point file {e['file']} is unreadable ({err}); fix: re-run the sweep "
@@ -116,7 +133,8 @@ def _point_ds(ds, st: list[str], template, shared: bool, axes: list[dict], index
         point_status = "diverged" if "diverged" in st else "done"
     else:  # missing or partly missing: NaN placeholder of the template's shape
         ds = ds if ds is not None else template
-        ds = ds.copy(data={k: np.full(v.shape, np.nan) for k, v in ds.data_vars.items()})
+        ds = ds.copy(data={k: np.full(v.shape, "" if _is_text(v) else np.nan)
+                           for k, v in ds.data_vars.items()})  # fmt: skip
         point_status = "failed" if "failed" in st else "pending"
     ds = _prune_point_attrs(ds.drop_encoding(), point_status)  # ints may become NaN
     if not shared:
@@ -152,9 +170,11 @@ def save_collected(ds, path: str | Path) -> Path:
 
 
 def save_figure(ds, folder: str | Path) -> Path:
-    """The final-risk figure of a collected sweep, as ``folder/sweep_final_risk.png``."""
-    from headspec.apps.plots import plot_sweep, write_figure
+    """The figure of a collected sweep: ``folder/sweep_final_risk.png`` (simulate, theory) or
+    ``folder/sweep_split_map.png`` (splitmap: the map of uneven splits)."""
+    from headspec.apps.plots import plot_split_map, plot_sweep, write_figure
 
-    path = Path(folder) / FIGURE
-    write_figure(plot_sweep(ds), path, dpi=120)
+    kind = ds.attrs["sweep_kind"]
+    path = Path(folder) / figure_name(kind)
+    write_figure(plot_split_map(ds) if kind == "splitmap" else plot_sweep(ds), path, dpi=120)
     return path

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from headspec.apps.sweep.cluster import dask_client
-from headspec.apps.sweep.collect import COLLECTED, FIGURE, collect, save_collected
+from headspec.apps.sweep.collect import COLLECTED, collect, figure_name, save_collected
 from headspec.apps.sweep.errors import SweepError
 from headspec.apps.sweep.manifest import (
     MANIFEST,
@@ -52,7 +52,8 @@ def check_folder(sweep: Sweep, force: bool = False) -> dict | None:
     re-uses the points whose config is unchanged); and, even with ``force``, files a sweep
     would overwrite that no sweep wrote — a ``manifest.json`` that is not a sweep's (nor an
     unreadable one beside a ``points/`` folder), a ``sweep.nc`` that is not a collected sweep,
-    and a ``sweep_final_risk.png`` in a folder that holds no sweep yet.
+    and the sweep's figure (``sweep_final_risk.png``, ``sweep_split_map.png``) in a folder
+    that holds no sweep yet.
     """
     folder = sweep.out
     path = folder / MANIFEST
@@ -84,7 +85,7 @@ def check_folder(sweep: Sweep, force: bool = False) -> dict | None:
             f"{collected} is not a collected sweep, and running would replace it with one; fix: "
             "give another output folder (--out), or move that file away"
         )
-    figure = folder / FIGURE
+    figure = folder / figure_name(sweep.kind)
     if old is None and not path.exists() and (figure.exists() or figure.is_symlink()):
         raise SweepError(
             f"{figure} was not written by a sweep of this folder (it holds no {MANIFEST}), and "

@@ -133,7 +133,7 @@ def task_is_intact(folder: Path, task: SweepTask, entry: dict | None) -> bool:
     if entry and entry.get("sha256") and entry.get("hash") == task.hash:
         return _sha256(path) == entry["sha256"]
     try:
-        ds = results.load(path)
+        ds = results.load(path, kinds=(*results.RUN_KINDS, "splitmap"))
         cfg = MODELS[_kind_of(ds)].model_validate_json(ds.attrs["config_json"])
     except Exception:
         return False
@@ -141,7 +141,7 @@ def task_is_intact(folder: Path, task: SweepTask, entry: dict | None) -> bool:
 
 
 def _kind_of(ds) -> str:
-    return "simulate" if ds.attrs["kind"] == "simulation" else "theory"
+    return {"simulation": "simulate", "splitmap": "splitmap"}.get(ds.attrs["kind"], "theory")
 
 
 def _file_status(path: Path) -> dict:
@@ -150,6 +150,8 @@ def _file_status(path: Path) -> dict:
     import xarray as xr
 
     with xr.open_dataset(path, engine="h5netcdf") as ds:
+        if "failed" not in ds:  # a split map's setting: nothing diverges
+            return {"status": "done", "diverged_seeds": []}
         failed = np.asarray(ds.failed, dtype=bool)
         seeds = [int(s) for s in np.asarray(ds.seed)[failed]]
     return {"status": "diverged" if seeds else "done", "diverged_seeds": seeds}

@@ -162,5 +162,11 @@ def _expand_dotted(table: dict) -> dict:
     """``{"train.T": 5}`` (a quoted dotted key) → ``{"train": {"T": 5}}``; nested tables kept."""
     out: dict = {}
     for k, v in table.items():
-        out = set_key(out, k.split("."), _expand_dotted(v) if isinstance(v, dict) else v)
+        v = _expand_dotted(v) if isinstance(v, dict) else v
+        parts = k.split(".")
+        if len(parts) > 1:
+            out = set_key(out, parts, v)  # the rules of an override (a new kind: a new table)
+        else:  # a plain key of a table (e.g. the kind and atoms of "task.latent" = {…}) as it is
+            old = out.get(k)
+            out[k] = merge(old, v) if isinstance(old, dict) and isinstance(v, dict) else v
     return out

@@ -17,8 +17,10 @@ from headspec.conventions.config import (
     format_validation_error,
     read_toml,
 )
+from headspec.conventions.config.splitmap import SplitMapConfig
 
-MODELS = {"simulate": SimulateConfig, "theory": TheoryConfig}  # sweep kind → config model
+# sweep kind → config model ("splitmap": one setting of the map of uneven splits per task)
+MODELS = {"simulate": SimulateConfig, "theory": TheoryConfig, "splitmap": SplitMapConfig}
 _Seed = Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)]
 
 
@@ -50,7 +52,10 @@ class Range(StrictModel):
 class SweepSection(StrictModel):
     """The ``[sweep]`` table."""
 
-    kind: Literal["simulate", "theory"] = Field(description="what each grid point runs")
+    kind: Literal["simulate", "theory", "splitmap"] = Field(
+        description="what each grid point runs: simulate, theory, or splitmap (every split of "
+        "the heads over the law's directions, classified: the map of uneven splits)"
+    )
     base: str | None = Field(None, description="base config TOML, relative to the spec file")
     out: str = Field("sweep", min_length=1, description="output folder")
     seeds: Annotated[int, Strict(), Field(ge=1)] | None = Field(

@@ -38,11 +38,13 @@ def run_task(kind: str, config_json: str, target: str | None = None, token: str 
         _WORKER_READY = True
     from headspec.conventions import results
     from headspec.conventions.runs import simulate, solve
+    from headspec.conventions.splitmap import classify_setting
 
+    run = {"simulate": simulate, "theory": solve, "splitmap": classify_setting}[kind]
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         cfg = MODELS[kind].model_validate_json(config_json)
-        ds = simulate(cfg) if kind == "simulate" else solve(cfg)
+        ds = run(cfg)
     except Exception as e:
         return {
             "status": "failed",
@@ -50,7 +52,13 @@ def run_task(kind: str, config_json: str, target: str | None = None, token: str 
             "traceback": traceback.format_exc(limit=20),
             "elapsed_s": time.perf_counter() - t0,
         }
-    failed = [int(s) for s, f in zip(ds.seed.values, ds.failed.values, strict=True) if f]
+    failed = (
+        []
+        if "failed" not in ds
+        else [  # a split map has no seeds that diverge
+            int(s) for s, f in zip(ds.seed.values, ds.failed.values, strict=True) if f
+        ]
+    )
     ds.attrs[results.COMPUTE_SECONDS] = time.perf_counter() - t0  # kept with the file
     out = {
         "status": "diverged" if failed else "done",

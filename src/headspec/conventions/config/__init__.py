@@ -57,6 +57,7 @@ from headspec.conventions.config.schema import (
     TheoryOptions,
     TrainConfig,
 )
+from headspec.conventions.config.splitmap import MapOptions, SplitMapConfig
 
 __all__ = [
     "INIT_KINDS",
@@ -73,6 +74,7 @@ __all__ = [
     "Init",
     "InverseTimeSchedule",
     "LatentConfig",
+    "MapOptions",
     "ModelConfig",
     "PerturbedInit",
     "PositiveInt",
@@ -81,6 +83,7 @@ __all__ = [
     "SimulateConfig",
     "SimulationInit",
     "SpikeConfig",
+    "SplitMapConfig",
     "StrictModel",
     "SymmetricInit",
     "TaskConfig",

@@ -1,0 +1,188 @@
+"""One setting of the map of uneven splits, from its config to a dataset (issue 27): every split
+of H heads over the law's directions, found as a fixed point of the ODE's drift and classified
+(:mod:`headspec.dynamics.splitmap`). A sweep of kind "splitmap" (`headspec sweep run`) runs one
+setting per task and collects them into the map.
+
+The setting's file (netCDF, ``kind = "splitmap"``) has dimensions ``split`` (labelled by name:
+"4:0", "3:1", "2:2"; the most concentrated first), ``direction``, ``side`` (+1, −1: the two
+sides of a saddle's leading mode), ``head``, ``head2`` and ``feature``.
+
+- Per split: ``n_heads`` (split, direction: heads per direction), ``found``, ``balanced`` (1
+  for the most even split), ``kind`` (text: minimum, saddle, marginal, no fixed point),
+  ``risk``, ``lead_rate``, ``lead_se`` (the leading non-zero eigenvalue's real part and its
+  standard error), ``n_unstable``, ``n_marginal``, ``mode`` (the leading mode in words),
+  ``guess_scale`` and the fixed point ``M``, ``Q``, ``b`` (NaN where none).
+- Per split and side, from a saddle with ``map.excursions`` (NaN and "" elsewhere): where the
+  ODE goes from the fixed point nudged along the mode — ``exc_end_split``, ``exc_t_change``
+  (first time the split differs), ``exc_start_risk``, ``exc_max_risk`` (the bump),
+  ``exc_end_risk`` and ``exc_T`` (the horizon).
+- Scalars that summarise the setting (the map's colour): ``amplitude`` (|first direction|),
+  ``eta`` (0: gradient flow), ``uneven_kind`` and ``uneven_split`` (the most stable uneven split,
+  :func:`~headspec.dynamics.splitmap.most_stable_uneven`; "none" where no uneven split is a
+  fixed point), ``uneven_rate``, ``uneven_rate_se``, ``balanced_kind`` and ``balanced_risk``
+  (the balanced split's; "none" where it is no fixed point), ``risk_advantage`` (the best
+  uneven fixed point's risk minus the balanced one's: > 0 where the even split is better).
+
+Attributes: ``config_json``, ``elapsed_s`` (compute seconds) and the provenance of
+:func:`~headspec.conventions.provenance.run_metadata`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import numpy as np
+import xarray as xr
+
+from headspec.conventions import build
+from headspec.conventions.provenance import run_metadata
+from headspec.conventions.results import COMPUTE_SECONDS
+from headspec.core.precision import float64
+from headspec.dynamics.splitmap import (
+    Excursion,
+    SplitPoint,
+    classify_splits,
+    excursion,
+    is_balanced,
+    most_stable_uneven,
+)
+
+KIND = "splitmap"
+
+
+@float64
+def classify_setting(cfg, progress: Callable[[int, int], None] | None = None) -> xr.Dataset:
+    """Every split of the config's setting, classified (see the module); ``progress(done,
+    total)`` after each split."""
+    t0 = time.perf_counter()
+    problem, directions = build.split_map_problem(cfg)
+    o = cfg.map
+    points = classify_splits(problem, directions, cfg.model.H, progress, scales=tuple(o.scales),
+                             min_cos=o.min_cos, margin=o.margin)  # fmt: skip
+    trips = {}
+    if o.excursions:
+        for k, p in enumerate(points):
+            if p.found and p.kind == "saddle":
+                trips[k] = excursion(problem, p, directions, min_cos=o.min_cos, margin=o.margin)
+    ds = to_dataset(points, directions, cfg, trips)
+    ds.attrs[COMPUTE_SECONDS] = time.perf_counter() - t0
+    return ds
+
+
+def to_dataset(
+    points: list[SplitPoint],
+    directions: np.ndarray,
+    cfg,
+    excursions: dict[int, list[Excursion]] | None = None,
+) -> xr.Dataset:
+    """The setting's dataset (see the module) from its classified splits and the excursions
+    from some of them (index of the split → both sides)."""
+    H, J = cfg.model.H, len(directions)
+    F = directions.shape[1]
+    S = len(points)
+    nan = np.nan
+    M = np.full((S, H, F), nan)  # (split, head, feature)
+    Q = np.full((S, H, H), nan)  # (split, head, head2)
+    b = np.full((S, H), nan)  # (split, head)
+    sizes = np.zeros((S, J), np.int64)  # (split, direction)
+    for k, p in enumerate(points):
+        sizes[k, : len(p.sizes)] = p.sizes
+        if p.state is not None:
+            M[k], Q[k], b[k] = (np.asarray(x) for x in p.state)
+    per = {
+        "found": [int(p.found) for p in points],
+        "balanced": [int(is_balanced(p.sizes, J)) for p in points],
+        "kind": [p.kind for p in points],
+        "risk": [p.risk for p in points],
+        "lead_rate": [p.lead_rate for p in points],
+        "lead_se": [p.lead_se for p in points],
+        "n_unstable": [p.n_unstable for p in points],
+        "n_marginal": [p.n_marginal for p in points],
+        "mode": [p.mode for p in points],
+        "guess_scale": [p.scale for p in points],
+    }
+    data = {k: ("split", np.asarray(v)) for k, v in per.items()}
+    data |= {
+        "n_heads": (("split", "direction"), sizes),
+        "M": (("split", "head", "feature"), M),
+        "Q": (("split", "head", "head2"), Q),
+        "b": (("split", "head"), b),
+    }
+    data |= _excursion_variables(len(points), excursions or {})
+    data |= {k: ((), v) for k, v in summary(points, J).items()}
+    data["amplitude"] = ((), float(np.linalg.norm(directions[0])))
+    data["eta"] = ((), float(cfg.map.lr))
+    coords = {"split": [p.split for p in points], "direction": np.arange(J), "side": [1, -1],
+              "head": np.arange(H), "head2": np.arange(H), "feature": np.arange(F)}  # fmt: skip
+    attrs = {"kind": KIND, "config_json": cfg.model_dump_json(), **run_metadata()}
+    return xr.Dataset(data, coords=coords, attrs=attrs)
+
+
+def _excursion_variables(S: int, trips: dict[int, list[Excursion]]) -> dict:
+    """(split, side) variables of the excursions: NaN and "" where none was run."""
+    num = {f: np.full((S, 2), np.nan) for f in ("t_change", "start_risk", "max_risk", "end_risk",
+                                                "T")}  # fmt: skip
+    end = np.full((S, 2), "", dtype=object)
+    for k, sides in trips.items():
+        for i, e in enumerate(sides):
+            for f in num:
+                num[f][k, i] = getattr(e, f)
+            end[k, i] = e.end_split + (" (solver failed)" if e.failed else "")
+    out = {f"exc_{f}": (("split", "side"), v) for f, v in num.items()}
+    out["exc_end_split"] = (("split", "side"), end.astype(str))
+    return out
+
+
+def summary(points: list[SplitPoint], J: int) -> dict:
+    """The setting's scalars (see the module): the most stable uneven split, the balanced one's
+    risk and the even split's advantage."""
+    worst = most_stable_uneven(points, J)
+    even = min((p for p in points if p.found and is_balanced(p.sizes, J)),
+               key=lambda p: p.risk, default=None)  # fmt: skip
+    even_risk = np.nan if even is None else even.risk
+    uneven = [p.risk for p in points if p.found and not is_balanced(p.sizes, J)]
+    return {
+        "uneven_kind": "none" if worst is None else worst.kind,
+        "uneven_split": "" if worst is None else worst.split,
+        "uneven_rate": np.nan if worst is None else worst.lead_rate,
+        "uneven_rate_se": np.nan if worst is None else worst.lead_se,
+        "balanced_kind": "none" if even is None else even.kind,
+        "balanced_risk": even_risk,
+        "risk_advantage": min(uneven, default=np.nan) - even_risk,
+    }
+
+
+def to_json(ds: xr.Dataset) -> dict:
+    """The setting's table as plain JSON (one entry per split, the summary, the config)."""
+
+    def num(x):
+        x = float(x)
+        return None if not np.isfinite(x) else x
+
+    splits = []
+    for k, name in enumerate(ds.split.values):
+        row = ds.isel(split=k)
+        splits.append({
+            "split": str(name),
+            "n_heads": [int(v) for v in row.n_heads.values],
+            "found": bool(row.found), "balanced": bool(row.balanced), "kind": str(row.kind.values),
+            "risk": num(row.risk), "lead_rate": num(row.lead_rate), "lead_se": num(row.lead_se),
+            "n_unstable": int(row.n_unstable), "n_marginal": int(row.n_marginal),
+            "mode": str(row["mode"].values),
+        })  # fmt: skip
+    scalars = ("amplitude", "eta", "uneven_rate", "uneven_rate_se", "balanced_risk",
+               "risk_advantage")  # fmt: skip
+    return {
+        "kind": KIND,
+        "summary": {
+            "uneven_kind": str(ds.uneven_kind.values),
+            "uneven_split": str(ds.uneven_split.values),
+            "balanced_kind": str(ds.balanced_kind.values),
+            **{k: num(ds[k]) for k in scalars},
+        },
+        "splits": splits,
+        "config": json.loads(ds.attrs["config_json"]),
+        "elapsed_s": ds.attrs.get(COMPUTE_SECONDS),
+    }

@@ -1,0 +1,211 @@
+"""The map of uneven splits as a sweep (kind "splitmap", issue 27): its config and refusals, a
+setting's dataset and JSON, the collected map (settings with different H joined on the split
+names, missing settings filled), its figure, and — slow tier — a real cluster run of the map on
+a 3-setting grid against the settings computed one by one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from headspec.apps import sweep
+from headspec.apps.plots import plot_split_map
+from headspec.conventions import results
+from headspec.conventions.config import ConfigError, load_config
+from headspec.conventions.config.splitmap import SplitMapConfig
+from headspec.conventions.splitmap import summary, to_dataset, to_json
+from headspec.dynamics.problem import OrderParameters
+from headspec.dynamics.splitmap import SplitPoint, is_balanced, most_stable_uneven, splits_of
+from headspec.dynamics.splits import split_name
+
+ORTH = {"kind": "discrete", "atoms": [[1.0, 0.0], [0.0, 1.0]]}
+
+
+def _point(sizes, kind, rate, risk, H, F=2):
+    """A synthetic classified split (no solve): its state is a recognisable constant."""
+    found = kind != "no fixed point"
+    nan = float("nan")
+    labels = np.repeat(np.arange(len(sizes)), sizes)
+    state = OrderParameters(np.full((H, F), rate), np.eye(H), np.zeros(H)) if found else None
+    return SplitPoint(tuple(sizes), split_name(labels, J=2), found, kind,
+                      risk if found else nan, rate if found else nan, 1e-4 if found else nan,
+                      int(kind == "saddle"), int(kind == "marginal"), "common" if found else "",
+                      1.0 if found else nan, state)  # fmt: skip
+
+
+def _synthetic(cfg):
+    """Every split of cfg's H over two directions, with kinds that depend on the amplitude: the
+    concentrated splits are saddles below a = 2.5, minima from it on; the balanced one a minimum."""
+    H, a = cfg.model.H, cfg.task.latent.scale
+    pts = []
+    for sizes in splits_of(H, 2):
+        if len(sizes) == 1:  # all heads on one direction: no fixed point
+            pts.append(_point(sizes, "no fixed point", 0, 0, H))
+        elif is_balanced(sizes, 2):
+            pts.append(_point(sizes, "minimum", -0.002, 0.10, H))
+        else:
+            kind = "minimum" if a >= 2.5 else "saddle"
+            pts.append(_point(sizes, kind, -0.001 if a >= 2.5 else 0.004, 0.12, H))
+    return pts, np.array([[a, 0.0], [0.0, a]])
+
+
+# ----------------------------------------------------------------------------- config
+def test_default_config_is_e6s_setting():
+    cfg = SplitMapConfig()
+    assert (cfg.task.L, cfg.model.H, cfg.model.activation, cfg.map.lr) == (10, 4, "softmax", 2.0)
+    assert cfg.task.latent.kind == "flipped_spike" and cfg.task.latent.a == [2.5]
+
+
+@pytest.mark.parametrize(
+    "overrides, expect",
+    [
+        (['task.latent={kind="gaussian", mean=[1.0]}'], "Gaussian law.*no directions.*fix"),
+        (['task.latent={kind="spike", a=[2.0]}'], "one direction.*fix"),
+        (['task.latent={kind="discrete", atoms=[[2.0]]}'], "one atom.*fix"),
+        (["model.H=1"], r"model.H = 1.*fix: model.H ≥ 2"),
+        (["seeds=2"], "seeds"),
+        (["map.lr=-1"], "map.lr"),
+        (["map.scales=[1.0, 1.0]"], "repeats a scale"),
+        (["model.activation=bayes_softmax", "map.method=exact"], "Bayes-softmax.*fix"),
+    ],
+)
+def test_bad_settings_are_refused_naming_the_field(overrides, expect):
+    with pytest.raises(ConfigError, match=expect):
+        load_config(SplitMapConfig, overrides=overrides)
+
+
+def test_a_sweep_spec_takes_a_whole_law_table_in_its_config(tmp_path):
+    """Regression: a quoted dotted key whose value is a table ("task.latent" = {kind, atoms}) was
+    expanded key by key and failed with an IndexError on its ``kind``."""
+    spec = sweep.spec_from_dict({
+        "sweep": {"kind": "splitmap", "out": str(tmp_path / "o")},
+        "config": {"task.latent": dict(ORTH), "model.H": 3},
+        "axes": {"task.latent.scale": [2.0, 3.0], "map.lr": [0.0, 1.0]},
+    })  # fmt: skip
+    plan = sweep.resolve(spec)
+    assert len(plan.tasks) == 4 and plan.seeds == 1
+    cfg = plan.tasks[1].config
+    assert cfg.task.latent.atoms == ORTH["atoms"] and cfg.model.H == 3 and cfg.map.lr == 1.0
+
+
+# ----------------------------------------------------------------------------- one setting
+def test_balanced_splits_and_the_most_stable_uneven_one():
+    assert [is_balanced(s, 2) for s in splits_of(4, 2)] == [False, False, True]
+    assert [is_balanced(s, 2) for s in splits_of(3, 2)] == [False, True]
+    assert is_balanced((1, 1), 3) and not is_balanced((2,), 3)  # two heads over three directions
+    pts = [_point((4,), "no fixed point", 0, 0, 4), _point((3, 1), "saddle", 0.004, 0.12, 4),
+           _point((2, 2), "minimum", -0.002, 0.1, 4)]  # fmt: skip
+    assert most_stable_uneven(pts, 2).split == "3:1"
+    stuck = [*pts, _point((3, 1), "marginal", -0.0001, 0.12, 4)]
+    assert most_stable_uneven(stuck, 2).kind == "marginal"  # marginal before saddle
+    assert most_stable_uneven(pts[::2], 2) is None  # no uneven fixed point
+    s = summary(pts, 2)
+    assert s["uneven_kind"] == "saddle" and s["balanced_kind"] == "minimum"
+    assert s["risk_advantage"] == pytest.approx(0.02)
+
+
+def test_split_names_count_every_direction():
+    assert split_name([0, 0, 0, 0], J=3) == "4:0:0"
+    assert split_name([0, 1, 2, 0]) == "2:1:1"
+    assert split_name([0, 0, 1, -2]) == "2:1 +1 idle"  # two directions, as before
+
+
+def test_a_settings_dataset_round_trips_through_its_file_and_json(tmp_path):
+    cfg = load_config(SplitMapConfig, overrides=[f"task.latent={_toml(ORTH)}", "task.L=4",
+                                                 "task.latent.scale=3.0"])  # fmt: skip
+    pts, dirs = _synthetic(cfg)
+    ds = to_dataset(pts, dirs, cfg)
+    path = results.save(ds, tmp_path / "cell.nc")
+    back = results.load(path, kinds=("splitmap",))
+    assert list(back.split.values) == ["4:0", "3:1", "2:2"]
+    assert back.n_heads.values.tolist() == [[4, 0], [3, 1], [2, 2]]
+    assert str(back.uneven_kind.values) == "minimum" and str(back.uneven_split.values) == "3:1"
+    assert float(back.amplitude) == 3.0 and float(back.eta) == 2.0
+    assert np.isnan(back.M.sel(split="4:0")).all() and (back.M.sel(split="3:1") == -0.001).all()
+    js = to_json(back)
+    assert js["summary"]["uneven_kind"] == "minimum" and js["splits"][0]["risk"] is None
+    assert js["config"]["task"]["latent"]["scale"] == 3.0
+    with pytest.raises(results.ResultError, match="not a simulation result"):
+        results.load(path)  # a setting of the map is not a run
+
+
+def _toml(d: dict) -> str:
+    def v(x):
+        return "[" + ", ".join(v(y) for y in x) + "]" if isinstance(x, list) else repr(x)
+
+    return "{" + ", ".join(f"{k}={v(x)!s}".replace("'", '"') for k, x in d.items()) + "}"
+
+
+# ----------------------------------------------------------------------------- the collected map
+@pytest.fixture(scope="module")
+def collected(tmp_path_factory):
+    """A splitmap sweep over amplitude × H × η whose settings are written as a worker writes them
+    (synthetic classifications, no solve), one setting left missing; then prepared and collected
+    as the driver does."""
+    out = tmp_path_factory.mktemp("map") / "out"
+    spec = sweep.spec_from_dict({
+        "sweep": {"kind": "splitmap", "out": str(out)},
+        "config": {"task.latent": dict(ORTH), "task.L": 4},
+        "axes": {"task.latent.scale": [2.0, 3.0], "model.H": [3, 4], "map.lr": [0.0, 2.0]},
+    })  # fmt: skip
+    plan = sweep.resolve(spec)
+    missing = plan.tasks[-1]
+    (out / "points").mkdir(parents=True)
+    for t in plan.tasks:
+        if t is not missing:
+            pts, dirs = _synthetic(t.config)
+            results.save(to_dataset(pts, dirs, t.config), out / t.file)
+    _manifest, todo = sweep.prepare(plan)
+    assert todo == [missing]
+    return sweep.collect(out), out
+
+
+def test_the_collected_map_joins_settings_of_every_H_on_the_split_names(collected):
+    ds, _ = collected
+    assert ds.attrs["sweep_kind"] == "splitmap" and ds.attrs["points_finished"] == 7
+    assert set(ds.split.values) == {"4:0", "3:1", "2:2", "3:0", "2:1"}
+    h3 = ds.sel(H=3, scale=2.0, lr=0.0)
+    assert str(h3.kind.sel(split="2:1").values) == "minimum"
+    assert str(h3.kind.sel(split="3:1").values) == ""  # no such split for three heads
+    assert np.isnan(h3.risk.sel(split="3:1"))
+    kinds = ds.uneven_kind.sel(H=4, lr=0.0).values.tolist()
+    assert kinds == ["saddle", "minimum"]  # the boundary of the synthetic map, at a = 2.5
+    last = ds.isel(scale=-1, H=-1, lr=-1)
+    assert str(last.status.values) == "pending" and str(last.uneven_kind.values) == ""
+
+
+def test_the_collected_map_is_a_valid_sweep_file_with_its_figure(collected, tmp_path):
+    ds, _out = collected
+    path = sweep.save_collected(ds, tmp_path / "sweep.nc")
+    back = results.load(path, kinds=("sweep",))
+    fig = sweep.save_figure(back, tmp_path)
+    assert fig.name == "sweep_split_map.png" and fig.stat().st_size > 10_000
+    f = plot_split_map(back)
+    assert len(f.axes) == 2 * 2 + 2  # a row per H (two panels and a colour bar each)
+    assert [t.get_text() for t in f.axes[0].texts] == []  # H = 3: no uneven fixed point
+    texts = {t.get_text() for t in f.axes[2].texts}  # H = 4: 3:1, a saddle then a minimum
+    assert {"3:1\n+0.004", "3:1\n-0.001"} <= texts
+
+
+@pytest.mark.slow  # test tier: a real Dask cluster classifying three settings (~1 min on 2 cores)
+def test_a_splitmap_sweep_on_a_cluster_equals_the_settings_one_by_one(tmp_path):
+    from headspec.conventions.splitmap import classify_setting
+
+    spec = sweep.spec_from_dict({
+        "sweep": {"kind": "splitmap", "out": str(tmp_path / "out")},
+        "config": {"task.latent": {"kind": "discrete", "atoms": [[2.5, 0.0], [0.0, 2.5]]},
+                   "task.L": 4, "model.H": 2, "map.lr": 1.0, "map.n": 2048},
+        "axes": {"task.latent.scale": [0.8, 1.0, 1.2]},
+    })  # fmt: skip
+    plan = sweep.resolve(spec)
+    with sweep.dask_client(workers=1) as client:
+        report = sweep.run(plan, client=client)
+    assert (report.total, report.done, report.failed) == (3, 3, [])
+    ds = results.load(report.dataset_path, kinds=("sweep",))
+    one = classify_setting(plan.tasks[1].config)
+    got = ds.isel(scale=1)
+    for v in ("risk", "lead_rate", "lead_se"):
+        np.testing.assert_allclose(got[v].values, one[v].values, rtol=1e-9, equal_nan=True)
+    assert got.kind.values.tolist() == one.kind.values.tolist() == ["no fixed point", "minimum"]
+    assert isinstance(ds, xr.Dataset)
