@@ -187,6 +187,23 @@ def split_map_problem(cfg) -> tuple[DriftProblem, np.ndarray]:
     return problem, np.asarray(law.atoms, np.float64)
 
 
+def given_overlaps(model, init, L: int):
+    """The order parameters (M, Q, b) of a given start (``theory.init`` or a simulation's
+    ``init`` of kind "given"), in float64; b defaults to the model's initial bias rule."""
+    b0 = initial_bias(model, L)
+    b = jnp.full((model.H,), b0) if init.b is None else jnp.asarray(init.b)
+    f64 = jnp.float64
+    return jnp.asarray(init.M, f64), jnp.asarray(init.Q, f64), b.astype(f64)
+
+
+def start(cfg, engine: Engine, keys: dict[str, Array], dtype):
+    """The SGD engines' initial state of a SimulateConfig: SPEC §4's random start, or every seed
+    at the given overlaps (``init`` of kind "given")."""
+    if cfg.init.kind == "given":
+        return engine.start_at(keys, given_overlaps(cfg.model, cfg.init, cfg.task.L), dtype)
+    return engine.init(keys, cfg.model.sigma0, initial_bias(cfg.model, cfg.task.L), dtype)
+
+
 def initial_state(cfg) -> InitialState:
     """The ODE's initial-state strategy of a :class:`~headspec.conventions.config.TheoryConfig`."""
     init, model = cfg.theory.init, cfg.model
@@ -196,12 +213,7 @@ def initial_state(cfg) -> InitialState:
     if init.kind == "symmetric":
         return Symmetric(sigma0=model.sigma0, b0=b0)
     if init.kind == "given":
-        b = (
-            jnp.full((model.H,), b0, jnp.float64)
-            if init.b is None
-            else jnp.asarray(init.b, jnp.float64)
-        )
-        M, Q = jnp.asarray(init.M, jnp.float64), jnp.asarray(init.Q, jnp.float64)
+        M, Q, b = given_overlaps(model, init, cfg.task.L)
         return Given(M[None], Q[None], b[None], ids=np.array([cfg.seed]))
     from headspec.conventions.results import simulation_states
 

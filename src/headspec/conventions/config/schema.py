@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import Field, Strict, field_validator, model_validator
+from pydantic import Field, Strict, field_validator, model_serializer, model_validator
 
 from headspec.conventions.config.base import PositiveInt, StrictModel, Vector
 from headspec.conventions.config.domain import check_diffusion_domain
@@ -243,15 +243,40 @@ class _RunConfig(StrictModel):
     seed: Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)] = Field(0, description="first seed")
 
 
+class RandomStart(StrictModel):
+    """SPEC §4's start: keys k_h ~ N(0, model.sigma0² I_D), biases model.b0 (a new draw per
+    seed)."""
+
+    kind: Literal["random"] = "random"
+
+
 class SimulateConfig(_RunConfig):
     """Everything `headspec simulate` needs."""
 
     seeds: PositiveInt = Field(8, description="independent runs: seeds seed, seed+1, …")
     diffusion: DiffusionOptions = Field(default_factory=DiffusionOptions)
+    init: Annotated[RandomStart | GivenInit, Field(discriminator="kind")] = Field(
+        default_factory=RandomStart,
+        description="where SGD starts: random (SPEC §4, the default) or given — every seed at "
+        "the same order parameters (M, Q, b), realised by keys of dimension task.D; the seeds "
+        "then differ by their SGD noise only (a prepared split, a fixed point)",
+    )
+
+    @model_serializer(mode="wrap")
+    def _without_default_start(self, handler):
+        """The default random start is left out of the dump (config_json, the hashes of sweep
+        tasks and of the reproduction's reusable runs): configs written before ``init`` existed
+        keep their hashes, and their files stay reusable."""
+        data = handler(self)
+        if isinstance(data, dict) and isinstance(self.init, RandomStart):
+            data.pop("init", None)
+        return data
 
     @model_validator(mode="after")
     def _check(self):
         F, H, L, D, B = self.task.latent.F, self.model.H, self.task.L, self.task.D, self.train.batch
+        if isinstance(self.init, GivenInit):
+            _check_given(self.init, H, F, "init")
         if self.train.engine == "reduced" and not reduced_fits(D, F, H, L, B):
             raise ValueError(
                 f'train.engine = "reduced" needs task.D − F − model.H ≥ train.batch·task.L, got '
@@ -465,25 +490,30 @@ class TheoryConfig(_RunConfig):
                 f'least {F + H}, or use theory.init = {{kind = "symmetric"}}'
             )
         if init.kind == "given":
-            H, F = self.model.H, self.task.latent.F
-            if len(init.M) != H or any(len(r) != F for r in init.M):
-                raise ValueError(
-                    f"theory.init.M must be {H}×{F} (model.H × latent F); fix: give H rows of "
-                    f"F numbers"
-                )
-            if len(init.Q) != H or any(len(r) != H for r in init.Q):
-                raise ValueError(f"theory.init.Q must be {H}×{H}; fix: give an H×H matrix")
-            if init.b is not None and len(init.b) != H:
-                raise ValueError(f"theory.init.b must have H = {H} entries; fix: give {H} biases")
-            M, Q = np.asarray(init.M), np.asarray(init.Q)
-            tol = 1e-9 * max(1.0, float(np.abs(Q).max()))
-            if not np.allclose(Q, Q.T, atol=tol, rtol=0):
-                raise ValueError("theory.init.Q is not symmetric; fix: make Q[i][j] = Q[j][i]")
-            w = float(np.linalg.eigvalsh(Q - M @ M.T).min())
-            if w < -tol:
-                raise ValueError(
-                    f"theory.init: Q − MMᵀ is not positive semi-definite (smallest eigenvalue "
-                    f"{w:.3g}), so no keys have these overlaps; fix: give Q ⪰ MMᵀ (|k_h|² ≥ "
-                    f"|M_h|²)"
-                )
+            _check_given(init, self.model.H, self.task.latent.F, "theory.init")
         return self
+
+
+def _check_given(init: GivenInit, H: int, F: int, where: str) -> None:
+    """A given state's shapes (model.H × F), Q's symmetry and Q − MMᵀ ⪰ 0 (keys exist)."""
+    if len(init.M) != H or any(len(r) != F for r in init.M):
+        raise ValueError(
+            f"{where}.M must be {H}×{F} (model.H × latent F); fix: give H rows of F numbers"
+        )
+    if len(init.Q) != H or any(len(r) != H for r in init.Q):
+        raise ValueError(f"{where}.Q must be {H}×{H}; fix: give an H×H matrix")
+    if init.b is not None and len(init.b) != H:
+        raise ValueError(f"{where}.b must have H = {H} entries; fix: give {H} biases")
+    M, Q = np.asarray(init.M), np.asarray(init.Q)
+    tol = 1e-9 * max(1.0, float(np.abs(Q).max()))
+    if not np.allclose(Q, Q.T, atol=tol, rtol=0):
+        raise ValueError(f"{where}.Q is not symmetric; fix: make Q[i][j] = Q[j][i]")
+    w = float(np.linalg.eigvalsh(Q - M @ M.T).min())
+    if w < -tol:
+        raise ValueError(
+            f"{where}: Q − MMᵀ is not positive semi-definite (smallest eigenvalue {w:.3g}), so "
+            f"no keys have these overlaps; fix: give Q ⪰ MMᵀ (|k_h|² ≥ |M_h|²)"
+        )
+
+
+SimulateConfig.model_rebuild()  # its init refers to GivenInit, defined below it

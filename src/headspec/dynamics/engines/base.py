@@ -88,6 +88,12 @@ class Engine(eqx.Module):
         """Initial state of SPEC §4 (keys k_h ~ N(0, σ0² I_D), biases b0) for every seed; a
         NamedTuple with a ``fail_step`` (S,) field (−1: no divergence)."""
 
+    def start_at(self, keys: dict[str, Array], state, dtype):
+        """Every seed at the given order parameters ``state`` = (M (H, F), Q (H, H), b (H,)),
+        realised by keys of dimension D (the same overlaps for every seed; they then differ by
+        their SGD noise). Q − MMᵀ must be positive semi-definite."""
+        raise NotImplementedError(f"the {self.name} engine cannot start from a given state")
+
     @abc.abstractmethod
     def advance(self, state, train_keys: Array, step0, n):
         """Every seed from step ``step0`` to step ``step0 + n`` (t = step·B/D)."""

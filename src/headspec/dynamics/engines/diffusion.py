@@ -166,6 +166,15 @@ class DiffusionEngine(Engine):
         S = y.M.shape[0]
         return DiffusionState(*y, jnp.full((S,), -1, jnp.int64), jnp.zeros((S,), jnp.int8))
 
+    @float64
+    def start_at(self, keys, state, dtype) -> DiffusionState:
+        """Every seed at the given (M, Q, b) (the engine's state is the order parameters)."""
+        M, Q, b = (jnp.asarray(x, jnp.float64) for x in state)
+        S = keys["init"].shape[0]
+        tile = lambda x: jnp.broadcast_to(x, (S, *x.shape))  # noqa: E731
+        return DiffusionState(tile(M), tile(Q), tile(b), jnp.full((S,), -1, jnp.int64),
+                              jnp.zeros((S,), jnp.int8))  # fmt: skip
+
     def _term(self, key):
         """The SDE as one diffrax term: one evaluation of the increments' moments gives both
         the drift and the noise of a step (control: (dt, dW))."""

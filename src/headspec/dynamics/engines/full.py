@@ -30,6 +30,7 @@ import jax.numpy as jnp
 
 from headspec.core.attention import loss_finite, predict
 from headspec.core.latent import LatentLaw
+from headspec.core.linalg import psd_root
 from headspec.core.observables import BaseSamples, Observation, population_risk
 from headspec.core.precision import float64
 from headspec.core.stats import sample_mean_se
@@ -89,6 +90,26 @@ def _full_init(frame_keys, init_keys, F: int, H: int, D: int, frame_kind: str, s
     return SGDState(U, K, b, jnp.full((S,), -1, jnp.int64))
 
 
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _full_start(frame_keys, init_keys, D: int, frame_kind: str, M, Q, b):
+    """Every seed at (M, Q, b): k_h = √D (U M_hᵀ + V R_hᵀ) with R Rᵀ = Q − MMᵀ and V (D, H)
+    orthonormal, orthogonal to the seed's frame U (random per seed)."""
+    H, F = M.shape
+    dtype = M.dtype
+    R = psd_root(Q - M @ M.T)  # (H, H)
+
+    def one(kf, ki):
+        U = make_frame(kf, D, F, frame_kind, dtype)  # (D, F)
+        G = jax.random.normal(ki, (D, H), dtype)  # (D, H)
+        G = G - U @ (U.T @ G)  # (D, H) orthogonal to the frame
+        V, _ = jnp.linalg.qr(G)  # (D, H)
+        return U, jnp.sqrt(jnp.asarray(D, dtype)) * (M @ U.T + R @ V.T)  # (D, F), (H, D)
+
+    U, K = jax.vmap(one)(frame_keys, init_keys)  # (S, D, F), (S, H, D)
+    S = K.shape[0]
+    return SGDState(U, K, jnp.broadcast_to(b, (S, H)), jnp.full((S,), -1, jnp.int64))
+
+
 class FullEngine(SGDEngine):
     """Keys (H, D) and tokens (B, L, D) in the full D-dimensional space."""
 
@@ -99,6 +120,13 @@ class FullEngine(SGDEngine):
         sigma0, b0 = jnp.asarray(sigma0, dtype), jnp.asarray(b0, dtype)
         F, H = self.law.F, self.H
         return _full_init(keys["frame"], keys["init"], F, H, self.dim, self.frame_kind, sigma0, b0)
+
+    @float64
+    def start_at(self, keys, state, dtype):
+        """Every seed at the given (M, Q, b), realised in float64, then cast to ``dtype``."""
+        M, Q, b = (jnp.asarray(x, jnp.float64) for x in state)
+        st = _full_start(keys["frame"], keys["init"], self.dim, self.frame_kind, M, Q, b)
+        return SGDState(*(x.astype(dtype) for x in st[:3]), st.fail_step)
 
     def loss(self, K: Array, b: Array, X: Array, y: Array) -> Array:
         """Σ over the batch of the exact loss |ŷ − y|²/(2D); X (B, L, D), y (B, D)."""

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from headspec.core.attention import loss_finite, predict
-from headspec.core.linalg import bartlett, chi2
+from headspec.core.linalg import bartlett, chi2, psd_root
 from headspec.core.names import reduced_fits
 from headspec.core.observables import BaseSamples, Observation, population_risk
 from headspec.core.precision import float64
@@ -73,6 +73,21 @@ def _reduced_init(init_keys, F: int, H: int, D, sigma0, b0) -> SGDState:
     return SGDState(Cs, C, jnp.full((S, H), b0, dtype), jnp.full((S,), -1, jnp.int64))
 
 
+@jax.jit
+def _reduced_start(init_keys, D, M, Q, b) -> SGDState:
+    """Every seed at (M, Q, b): keys (√D·M_h, W_h) with W Wᵀ = D (Q − MMᵀ) (W: the PSD root; any
+    orthonormal completion of the frame will do, tokens being isotropic), frame the first F
+    coordinates. ``init_keys`` only count the seeds."""
+    S, (H, F) = init_keys.shape[0], M.shape
+    dtype = M.dtype
+    Dd = jnp.asarray(D, dtype)
+    W = jnp.sqrt(Dd) * psd_root(Q - M @ M.T)  # (H, H)
+    C = jnp.concatenate([jnp.sqrt(Dd) * M, W], axis=1)  # (H, F + H)
+    Cs = jnp.eye(F, F + H, dtype=dtype)  # (F, F + H)
+    tile = lambda x: jnp.broadcast_to(x, (S, *x.shape))  # noqa: E731
+    return SGDState(tile(Cs), tile(C), tile(b), jnp.full((S,), -1, jnp.int64))
+
+
 class ReducedEngine(SGDEngine):
     """Keys and feature directions as coordinates in an orthonormal basis of span(K*, K).
 
@@ -97,6 +112,13 @@ class ReducedEngine(SGDEngine):
         """Exact law of the full engine's initial keys k_h ~ N(0, σ0² I_D), in coordinates."""
         return _reduced_init(keys["init"], self.law.F, self.H, self.D,
                              jnp.asarray(sigma0, dtype), jnp.asarray(b0, dtype))  # fmt: skip
+
+    @float64
+    def start_at(self, keys, state, dtype):
+        """Every seed at the given (M, Q, b) (the overlaps in float64, then cast to ``dtype``)."""
+        M, Q, b = (jnp.asarray(x, jnp.float64) for x in state)
+        st = _reduced_start(keys["init"], self.D, M, Q, b)
+        return SGDState(*(x.astype(dtype) for x in st[:3]), st.fail_step)
 
     def randoms(self, key, frame) -> StepRandoms:
         """The random numbers of one step (the block of one step: see :meth:`randoms_block`)."""
