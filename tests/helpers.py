@@ -6,6 +6,8 @@ import contextlib
 import signal
 import threading
 
+import numpy as np
+
 
 @contextlib.contextmanager
 def sigint_not_ignored():
@@ -47,3 +49,38 @@ def assert_reasoned(claim) -> None:
     else:
         assert claim.verdict is not None and len(claim.tolerance.why) > 20, claim.id
         assert claim.reason, claim.id  # the check, as text
+
+
+# ----------------------------------------------------------------------------- split maps
+def synthetic_split(sizes, kind, rate, risk, H, F=2):
+    """A synthetic classified split (no solve): its state is a recognisable constant."""
+    from headspec.dynamics.problem import OrderParameters
+    from headspec.dynamics.splitmap import SplitPoint
+    from headspec.dynamics.splits import split_name
+
+    found = kind != "no fixed point"
+    nan = float("nan")
+    labels = np.repeat(np.arange(len(sizes)), sizes)
+    state = OrderParameters(np.full((H, F), rate), np.eye(H), np.zeros(H)) if found else None
+    return SplitPoint(tuple(sizes), split_name(labels, J=2), found, kind,
+                      risk if found else nan, rate if found else nan, 1e-4 if found else nan,
+                      int(kind == "saddle"), int(kind == "marginal"), "common" if found else "",
+                      1.0 if found else nan, state)  # fmt: skip
+
+
+def synthetic_splits(cfg):
+    """Every split of cfg's H over two directions, with kinds that depend on the amplitude: the
+    concentrated splits are saddles below a = 2.5, minima from it on; the balanced one a minimum."""
+    from headspec.dynamics.splitmap import is_balanced, splits_of
+
+    H, a = cfg.model.H, cfg.task.latent.scale
+    pts = []
+    for sizes in splits_of(H, 2):
+        if len(sizes) == 1:  # all heads on one direction: no fixed point
+            pts.append(synthetic_split(sizes, "no fixed point", 0, 0, H))
+        elif is_balanced(sizes, 2):
+            pts.append(synthetic_split(sizes, "minimum", -0.002, 0.10, H))
+        else:
+            kind = "minimum" if a >= 2.5 else "saddle"
+            pts.append(synthetic_split(sizes, kind, -0.001 if a >= 2.5 else 0.004, 0.12, H))
+    return pts, np.array([[a, 0.0], [0.0, a]])

@@ -212,7 +212,7 @@ def test_every_figure_writer_is_atomic(tmp_path, renames, monkeypatch):
     ctx = Context("E9", {}, "quick", tmp_path / "exp")
     ctx.figure(tiny_figure(), "fig")
     monkeypatch.setattr(plots, "plot_sweep", lambda ds: tiny_figure())
-    save_figure(None, tmp_path)
+    save_figure(xr.Dataset(attrs={"sweep_kind": "simulate"}), tmp_path)
     expected = [
         tmp_path / "s_risk.png",
         tmp_path / "s_risk.svg",

@@ -113,3 +113,55 @@ def test_smoke_runs_end_to_end(smoke):
     starts = {r[2] for r in o.table}
     assert any(s.startswith("prepared 3:1") for s in starts)
     assert any("simulation" in s for s in starts)
+
+
+# ----------------------------------------------------------------------------- the map in E6
+def _map_cells(amplitudes):
+    """Synthetic settings of the map (helpers.synthetic_splits: 3:1 a saddle below a = 2.5, a
+    stable minimum from it on), as E6 gets them from its "splitmap" runs."""
+    from headspec.conventions.config import SplitMapConfig, load_config
+    from headspec.conventions.splitmap import to_dataset
+    from helpers import synthetic_splits
+
+    cells = []
+    for a in amplitudes:
+        cfg = load_config(SplitMapConfig, overrides=[f"task.latent.scale={a}"])
+        pts, dirs = synthetic_splits(cfg)
+        cells.append((a, to_dataset(pts, dirs, cfg)))
+    return cells
+
+
+def test_e6_reports_its_simulations_against_the_map(tmp_path):
+    """The verdict on "misplaced heads can rearrange" counts the amplitudes where every uneven
+    split is a saddle and names both regions; E6's own simulations are set beside the map's
+    verdict at E6's a; the map's figure is drawn. No saddle anywhere → the claim fails."""
+    from headspec.apps.experiments import e6
+    from headspec.apps.experiments.base import Context
+    from headspec.apps.experiments.runner import load_spec
+
+    ctx = Context("E6", load_spec("E6"), "quick", tmp_path, params=e6.Params)
+    cells = _map_cells([1.5, 2.0, 2.5, 4.0])
+    e6._map_claim(ctx, "spike", cells, {"n_moved": 0, "n_uneven0": 5}, ctx.params)
+    (c,) = ctx.outcome.claims
+    assert c.id == "E6.spike.map" and c.value == 2 and c.verdict is True
+    assert "rearrange (every uneven split a saddle) at a = 1.5, 2" in c.detail
+    assert "stuck (an uneven split a stable minimum) at a = 2.5, 4" in c.detail
+    assert "At E6's a = 2.5" in c.detail and "3:1 (minimum)" in c.detail
+    assert "0 of 5 seeds" in c.detail
+    assert_reasoned(c)
+    e6._map_claim(ctx, "orth", _map_cells([2.5, 4.0]), None, ctx.params)
+    assert ctx.outcome.claims[-1].verdict is False  # stuck everywhere: the claim fails there
+    e6._map_figure(ctx, {"spike": cells, "orth": _map_cells([2.5, 3.0])})
+    (fig,) = ctx.outcome.figures
+    assert fig.name == "E6_split_map.png" and fig.stat().st_size > 10_000
+
+
+def test_e6s_map_is_on_at_quick_scale_and_off_at_smoke():
+    from headspec.apps.experiments import e6
+    from headspec.apps.experiments.params import resolve
+    from headspec.apps.experiments.runner import load_spec
+
+    spec = load_spec("E6")
+    quick, smoke = (resolve(spec, s, e6.Params, "e6") for s in ("quick", "smoke"))
+    assert quick.map_laws == ["spike"] and 2.5 in quick.map_a and quick.a == 2.5
+    assert smoke.map_laws == []

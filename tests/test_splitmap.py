@@ -204,3 +204,50 @@ def test_the_3_1_boundary_is_located_by_bisection_in_the_amplitude():
     assert (b.low, b.high) == (2.75, 3.0) and b.middle == 2.875
     assert b.at_low.lead_rate > 0 > b.at_high.lead_rate
     assert [a for a, _ in b.probes] == seen
+
+
+def test_a_recipe_runs_a_setting_of_the_map_and_reuses_its_file(tmp_path):
+    """A recipe's "splitmap" run takes the base config's task and model only (its train, record
+    and theory tables belong to the other runs), and a second call loads the file."""
+    from headspec.apps.experiments.base import Context, Run
+
+    spec = {"config": {"task": {"L": L, "latent": {"kind": "discrete", "atoms": ATOMS.tolist()}},
+                       "model": {"H": 2}, "train": {"lr": 3.0, "T": 5.0},
+                       "record": {"points": 5}, "theory": {"n": 64}}}  # fmt: skip
+    ctx = Context("E9", spec, "quick", tmp_path)
+    run = Run("map_a2.5", "splitmap", (f"map.lr={LR}", "map.n=2048", "map.scales=[1.0]"))
+    ds = ctx.runs([run])["map_a2.5"]
+    assert ds.kind.values.tolist() == ["no fixed point", "minimum"]
+    assert ctx.outcome.configs["map_a2.5"]["map"]["lr"] == LR
+    assert set(ctx.outcome.configs["map_a2.5"]) == {"task", "model", "map", "seed", "seeds"}
+    second = Context("E9", spec, "quick", tmp_path)
+    again = second.runs([run])["map_a2.5"]
+    assert second.outcome.reused == 1
+    assert float(again.lead_rate.sel(split="1:1")) == float(ds.lead_rate.sel(split="1:1"))
+
+
+@pytest.mark.slow  # test tier: SGD from a saddle's fixed point, 32 seeds (~3 min on 2 cores)
+def test_sgd_started_at_a_saddle_leaves_it_for_the_split_the_ode_predicts():
+    """The map's verdict confirmed by simulation, at a scale a CI run affords: the 3:1 split of
+    four softmax heads on ±1.5 at L = 4, η = 1 is a saddle (Re λ = +0.0069 ± 0.0009); SGD (the
+    exact reduced engine, D = 1000, 32 seeds) started at its fixed point leaves it — each seed by
+    its own noise — for the even split 2:2, as the ODE's excursion does. The saddle's escape time
+    is about ln(D)/(2λ) ≈ 500 (studies/split_map_confirm.py does E6's setting at D = 2000).
+    Tolerance: ≥ 16 of 32 seeds by T = 1500 (an escape time of 3× the estimate would still pass;
+    a stable point would give 0), and every seed that left ends in 2:2."""
+    from headspec.conventions.config import SplitMapConfig, load_config
+    from headspec.conventions.runs import simulate
+    from headspec.conventions.splitmap import prepared_run, rearrangement
+    from headspec.dynamics.splitmap import at_setting
+
+    q, dirs = at_setting(_spike_problem(), np.asarray(SPIKE.atoms), 1.5, 1.0)
+    p = classify_split(q, dirs, (3, 1))
+    assert p.kind == "saddle"
+    cfg = load_config(SplitMapConfig, overrides=[
+        'task.latent={kind="flipped_spike", a=[1.0]}', "task.latent.scale=1.5", "task.L=4",
+        "model.H=4", "map.lr=1.0"])  # fmt: skip
+    sim = simulate(prepared_run(cfg, p.state, D=1000, T=1500.0, seeds=32, points=30))
+    r = rearrangement(sim, dirs)
+    assert r["start"] == ["3:1"]
+    assert r["left"] >= 16, r
+    assert set(r["end_splits"]) == {"2:2"}, r

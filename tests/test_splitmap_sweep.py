@@ -15,39 +15,11 @@ from headspec.conventions import results
 from headspec.conventions.config import ConfigError, load_config
 from headspec.conventions.config.splitmap import SplitMapConfig
 from headspec.conventions.splitmap import summary, to_dataset, to_json
-from headspec.dynamics.problem import OrderParameters
-from headspec.dynamics.splitmap import SplitPoint, is_balanced, most_stable_uneven, splits_of
+from headspec.dynamics.splitmap import is_balanced, most_stable_uneven, splits_of
 from headspec.dynamics.splits import split_name
+from helpers import synthetic_split, synthetic_splits
 
 ORTH = {"kind": "discrete", "atoms": [[1.0, 0.0], [0.0, 1.0]]}
-
-
-def _point(sizes, kind, rate, risk, H, F=2):
-    """A synthetic classified split (no solve): its state is a recognisable constant."""
-    found = kind != "no fixed point"
-    nan = float("nan")
-    labels = np.repeat(np.arange(len(sizes)), sizes)
-    state = OrderParameters(np.full((H, F), rate), np.eye(H), np.zeros(H)) if found else None
-    return SplitPoint(tuple(sizes), split_name(labels, J=2), found, kind,
-                      risk if found else nan, rate if found else nan, 1e-4 if found else nan,
-                      int(kind == "saddle"), int(kind == "marginal"), "common" if found else "",
-                      1.0 if found else nan, state)  # fmt: skip
-
-
-def _synthetic(cfg):
-    """Every split of cfg's H over two directions, with kinds that depend on the amplitude: the
-    concentrated splits are saddles below a = 2.5, minima from it on; the balanced one a minimum."""
-    H, a = cfg.model.H, cfg.task.latent.scale
-    pts = []
-    for sizes in splits_of(H, 2):
-        if len(sizes) == 1:  # all heads on one direction: no fixed point
-            pts.append(_point(sizes, "no fixed point", 0, 0, H))
-        elif is_balanced(sizes, 2):
-            pts.append(_point(sizes, "minimum", -0.002, 0.10, H))
-        else:
-            kind = "minimum" if a >= 2.5 else "saddle"
-            pts.append(_point(sizes, kind, -0.001 if a >= 2.5 else 0.004, 0.12, H))
-    return pts, np.array([[a, 0.0], [0.0, a]])
 
 
 # ----------------------------------------------------------------------------- config
@@ -94,10 +66,11 @@ def test_balanced_splits_and_the_most_stable_uneven_one():
     assert [is_balanced(s, 2) for s in splits_of(4, 2)] == [False, False, True]
     assert [is_balanced(s, 2) for s in splits_of(3, 2)] == [False, True]
     assert is_balanced((1, 1), 3) and not is_balanced((2,), 3)  # two heads over three directions
-    pts = [_point((4,), "no fixed point", 0, 0, 4), _point((3, 1), "saddle", 0.004, 0.12, 4),
-           _point((2, 2), "minimum", -0.002, 0.1, 4)]  # fmt: skip
+    pts = [synthetic_split((4,), "no fixed point", 0, 0, 4),
+           synthetic_split((3, 1), "saddle", 0.004, 0.12, 4),
+           synthetic_split((2, 2), "minimum", -0.002, 0.1, 4)]  # fmt: skip
     assert most_stable_uneven(pts, 2).split == "3:1"
-    stuck = [*pts, _point((3, 1), "marginal", -0.0001, 0.12, 4)]
+    stuck = [*pts, synthetic_split((3, 1), "marginal", -0.0001, 0.12, 4)]
     assert most_stable_uneven(stuck, 2).kind == "marginal"  # marginal before saddle
     assert most_stable_uneven(pts[::2], 2) is None  # no uneven fixed point
     s = summary(pts, 2)
@@ -114,7 +87,7 @@ def test_split_names_count_every_direction():
 def test_a_settings_dataset_round_trips_through_its_file_and_json(tmp_path):
     cfg = load_config(SplitMapConfig, overrides=[f"task.latent={_toml(ORTH)}", "task.L=4",
                                                  "task.latent.scale=3.0"])  # fmt: skip
-    pts, dirs = _synthetic(cfg)
+    pts, dirs = synthetic_splits(cfg)
     ds = to_dataset(pts, dirs, cfg)
     path = results.save(ds, tmp_path / "cell.nc")
     back = results.load(path, kinds=("splitmap",))
@@ -154,7 +127,7 @@ def collected(tmp_path_factory):
     (out / "points").mkdir(parents=True)
     for t in plan.tasks:
         if t is not missing:
-            pts, dirs = _synthetic(t.config)
+            pts, dirs = synthetic_splits(t.config)
             results.save(to_dataset(pts, dirs, t.config), out / t.file)
     _manifest, todo = sweep.prepare(plan)
     assert todo == [missing]
@@ -209,3 +182,42 @@ def test_a_splitmap_sweep_on_a_cluster_equals_the_settings_one_by_one(tmp_path):
         np.testing.assert_allclose(got[v].values, one[v].values, rtol=1e-9, equal_nan=True)
     assert got.kind.values.tolist() == one.kind.values.tolist() == ["no fixed point", "minimum"]
     assert isinstance(ds, xr.Dataset)
+
+
+# ----------------------------------------------------------------------------- confirmation
+def test_a_prepared_run_starts_sgd_at_the_split_with_the_settings_law_and_eta():
+    from headspec.conventions.splitmap import prepared_run
+
+    cfg = load_config(SplitMapConfig, overrides=["task.latent.scale=1.5", "map.lr=2.0"])
+    M = [[1.5], [1.5], [1.5], [-1.5]]
+    Q = (np.asarray(M) @ np.asarray(M).T + 0.1 * np.eye(4)).tolist()
+    sim = prepared_run(cfg, (M, Q, [0.0] * 4), D=2000, T=1500.0, seeds=32, seed=7)
+    assert (sim.task.D, sim.task.L, sim.task.latent, sim.model) == (
+        2000, 10, cfg.task.latent, cfg.model)  # fmt: skip
+    assert (sim.train.lr, sim.train.lr_b, sim.train.engine, sim.train.T) == (
+        2.0, None, "reduced", 1500.0)  # fmt: skip
+    assert sim.init.kind == "given" and sim.init.M == M and (sim.seed, sim.seeds) == (7, 32)
+    flow = load_config(SplitMapConfig, overrides=["map.lr=0"])
+    with pytest.raises(ValueError, match=r"gradient flow.*fix: confirm the map at .*map.lr > 0"):
+        prepared_run(flow, (M, Q, [0.0] * 4), D=2000, T=10.0, seeds=2)
+
+
+def test_rearrangement_counts_the_seeds_that_left_their_split():
+    """Three seeds of four heads on ±1: one stays 3:1, one moves to 2:2 at t = 2, one to 4:0 at
+    t = 1 and back to 3:1 by the end (it left and came back: not counted as left)."""
+    from headspec.conventions.splitmap import rearrangement
+
+    stay, even, all4 = [1, 1, 1, -1], [1, 1, -1, -1], [1, 1, 1, 1]
+    paths = [[stay, stay, stay], [stay, stay, even], [stay, all4, stay]]
+    Ms = np.asarray(paths, float)[..., None]  # (S, T, H, F = 1)
+    Qs = Ms @ np.swapaxes(Ms, -1, -2) + 0.1 * np.eye(4)  # (S, T, H, H)
+    sim = xr.Dataset(
+        {"M": (("seed", "t", "head", "feature"), Ms), "Q": (("seed", "t", "head", "head2"), Qs),
+         "risk": (("seed", "t"), np.full((3, 3), 0.3))},
+        coords={"t": [0.0, 1.0, 2.0]},
+    )  # fmt: skip
+    r = rearrangement(sim, np.array([[1.0], [-1.0]]))
+    assert (r["seeds"], r["left"], r["start"], r["end_splits"]) == (3, 1, ["3:1"], {"2:2": 1})
+    assert r["fraction"] == pytest.approx(1 / 3) and r["se"] == pytest.approx(np.sqrt(2 / 27))
+    assert r["t_left"][0] != r["t_left"][0] and r["t_left"][1:] == [2.0, 1.0]
+    assert r["upper95"] is None

@@ -275,11 +275,30 @@ def run_bayes(cfg, progress: Callable[[int, int], None] | None = None) -> dict:
     }
 
 
+KINDS = ("simulate", "theory", "splitmap")  # what :func:`compute` runs
+
+
+def compute(kind: str, cfg):
+    """Run the config of a run ``kind``: "simulate" (:func:`simulate`), "theory"
+    (:func:`solve`) or "splitmap" (one setting of the map of uneven splits,
+    :func:`headspec.conventions.splitmap.classify_setting`); returns its dataset."""
+    if kind == "splitmap":
+        from headspec.conventions.splitmap import classify_setting
+
+        return classify_setting(cfg)
+    if kind not in KINDS:
+        raise ValueError(f"run kind {kind!r} is not one of {', '.join(KINDS)}")
+    return simulate(cfg) if kind == "simulate" else solve(cfg)
+
+
 def config_model(ds):
-    """The validated config a result was made with (SimulateConfig or TheoryConfig)."""
-    from headspec.conventions.config import SimulateConfig, TheoryConfig
+    """The validated config a result was made with (SimulateConfig, TheoryConfig or, for a
+    setting of the map of uneven splits, SplitMapConfig)."""
+    from headspec.conventions.config import SimulateConfig, SplitMapConfig, TheoryConfig
 
     raw = results.config_of(ds)
+    if ds.attrs.get("kind") == "splitmap":
+        return SplitMapConfig.model_validate(raw)
     return (TheoryConfig if "theory" in raw else SimulateConfig).model_validate(raw)
 
 

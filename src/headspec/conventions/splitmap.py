@@ -186,3 +186,76 @@ def to_json(ds: xr.Dataset) -> dict:
         "config": json.loads(ds.attrs["config_json"]),
         "elapsed_s": ds.attrs.get(COMPUTE_SECONDS),
     }
+
+
+# ----------------------------------------------------------------------------- confirmation
+def prepared_run(
+    cfg,
+    state,
+    D: int,
+    T: float,
+    seeds: int,
+    seed: int = 0,
+    engine: str = "reduced",
+    points: int = 40,
+    n_mc: int = 512,
+):
+    """The :class:`~headspec.conventions.config.SimulateConfig` of SGD started at a split's fixed
+    point ``state`` (M, Q, b) of the setting ``cfg`` (a SplitMapConfig): the same law, L, heads,
+    activation and η = η_b = map.lr, at dimension ``D`` for time ``T``, ``seeds`` seeds that
+    differ by their SGD noise only (``init`` of kind "given"). Gradient flow (map.lr = 0) has no
+    SGD to simulate: refused."""
+    from headspec.conventions.config import SimulateConfig
+
+    if cfg.map.lr == 0:
+        raise ValueError(
+            "map.lr = 0 is gradient flow, which SGD at a finite learning rate does not follow; "
+            "fix: confirm the map at a setting with map.lr > 0"
+        )
+    M, Q, b = (np.asarray(x, np.float64).tolist() for x in state)
+    data = {
+        "task": cfg.task.model_dump() | {"D": int(D)},
+        "model": cfg.model.model_dump(),
+        "train": {"T": float(T), "lr": cfg.map.lr, "engine": engine, "dtype": "float32"},
+        "record": {"points": points, "n_mc": n_mc, "t_min": min(1.0, T / 10)},
+        "init": {"kind": "given", "M": M, "Q": Q, "b": b},
+        "seed": seed,
+        "seeds": seeds,
+    }
+    return SimulateConfig.model_validate(data)
+
+
+def rearrangement(sim: xr.Dataset, directions: np.ndarray, min_cos: float = 0.5,
+                  margin: float = 0.1) -> dict:  # fmt: skip
+    """Which seeds of a prepared run left the split they started in: per seed the start and end
+    split (:func:`~headspec.dynamics.splits.split_name` over every direction, labels as the map's)
+    and the first recorded time at which the split differs from the start (NaN: never); the
+    fraction that left with its binomial standard error (0 of n: the 95 % upper bound 3/n in
+    ``upper95``), and the end splits of those that left, counted."""
+    from headspec.dynamics.splits import head_labels, split_name
+
+    dirs = np.asarray(directions, np.float64)
+    lab = head_labels(sim.M.values, sim.Q.values, dirs, min_cos=min_cos, margin=margin)  # (S,T,H)
+    t = sim.t.values
+    names = [[split_name(lab[s, k], J=len(dirs)) for k in range(t.size)] for s in range(len(lab))]
+    start = [n[0] for n in names]
+    left = [n[-1] != n[0] for n in names]
+    t_left = [next((float(t[k]) for k in range(t.size) if n[k] != n[0]), np.nan) for n in names]
+    S = len(names)
+    k = int(sum(left))
+    p = k / S
+    ends: dict[str, int] = {}
+    for n, gone in zip(names, left, strict=True):
+        if gone:
+            ends[n[-1]] = ends.get(n[-1], 0) + 1
+    return {
+        "seeds": S,
+        "left": k,
+        "fraction": p,
+        "se": float(np.sqrt(p * (1 - p) / S)),
+        "upper95": 3.0 / S if k == 0 else None,
+        "start": sorted(set(start)),
+        "end_splits": ends,
+        "t_left": t_left,
+        "end_risk": [float(r) for r in sim.risk.isel(t=-1).values],
+    }

@@ -30,9 +30,12 @@ from headspec.apps.experiments.params import (
     resolve,
     split_spec,
 )
+from headspec.apps.sweep.spec import MODELS  # run kind → config model
 from headspec.conventions import results
-from headspec.conventions.config import SimulateConfig, TheoryConfig, load_config, merge
+from headspec.conventions.config import SimulateConfig, SplitMapConfig, load_config, merge
 from headspec.core.stats import mean_se
+
+LOADABLE = (*results.RUN_KINDS, "splitmap")  # the kinds of a recipe's result files
 
 __all__ = ["CONFIG_SECTIONS", "Context", "Outcome", "Run", "Stopped", "ode_beside"]
 
@@ -54,8 +57,10 @@ class Outcome:
 
 @dataclasses.dataclass(frozen=True)
 class Run:
-    """One run of a recipe: ``kind`` "simulate" or "theory", its overrides (``--set`` syntax) and
-    an ``extra`` config table merged into the recipe's base config first."""
+    """One run of a recipe: ``kind`` "simulate", "theory" or "splitmap" (one setting of the map
+    of uneven splits: the base config's task and model, and a ``map`` table), its overrides
+    (``--set`` syntax) and an ``extra`` config table merged into the recipe's base config
+    first."""
 
     name: str
     kind: str
@@ -108,6 +113,8 @@ class Context:
         ``extra`` merged into it (a table with a ``kind``, e.g. a latent law, replaces the
         base's whole table), then the overrides."""
         base = merge(self.config, extra or {})
+        if model is SplitMapConfig:  # a setting of the map: the task and the model only
+            base = {k: v for k, v in base.items() if k in ("task", "model")}
         other = "theory" if model is SimulateConfig else "diffusion"  # the other kind's section
         base = {k: v for k, v in base.items() if k != other}
         c = load_config(model, base=base, overrides=list(overrides))
@@ -127,8 +134,7 @@ class Context:
         self._check_stop()
         todo, done = [], {}
         for r in batch:
-            model = SimulateConfig if r.kind == "simulate" else TheoryConfig
-            c = self.cfg(model, r.name, *r.overrides, extra=r.extra)
+            c = self.cfg(MODELS[r.kind], r.name, *r.overrides, extra=r.extra)
             ds = _reusable(self.path(r.name), c)
             if ds is not None:
                 done[r.name] = ds
@@ -156,10 +162,10 @@ class Context:
     def _run_here(self, r: Run, c) -> Any:
         import time
 
-        from headspec.conventions.runs import simulate, solve
+        from headspec.conventions.runs import compute
 
         t0 = time.perf_counter()
-        ds = simulate(c) if r.kind == "simulate" else solve(c)
+        ds = compute(r.kind, c)
         ds.attrs[results.COMPUTE_SECONDS] = took = time.perf_counter() - t0  # kept with the file
         results.save(ds, self.path(r.name))
         self._log(f"{self.id} {r.name}: {took:.0f} s")
@@ -198,7 +204,7 @@ class Context:
                 raise RuntimeError(f"run {r.name} failed on a worker: {res['error']}")
             if not res.get("written"):
                 results.save(res["dataset"], self.path(r.name))
-            out[r.name] = results.load(self.path(r.name))
+            out[r.name] = results.load(self.path(r.name), kinds=LOADABLE)
             took, cpu = res["elapsed_s"], res["cpu_s"]
             self._log(f"{self.id} {r.name}: {took:.0f} s on a worker (CPU {cpu:.0f} s)")
         return out
@@ -266,7 +272,7 @@ def _reusable(path: Path, cfg) -> Any:
     if not path.exists():
         return None
     try:
-        ds = results.load(path)
+        ds = results.load(path, kinds=LOADABLE)
     except Exception:  # a damaged or foreign file is recomputed (and overwritten)
         return None
     try:  # the stored config read by today's model: fields added since take their defaults

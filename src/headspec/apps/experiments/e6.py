@@ -4,8 +4,13 @@ an excursion, so that at the end the split is even and the loss optimized".
 H = 4 softmax heads on two laws with two directions — the flipped spike ±a and two orthogonal
 features a·e₁, a·e₂ of probability ½ each — trained from the natural random start (reduced engine,
 many seeds) beside the ODE started from each seed's exact initial state, plus ODE runs started
-near prepared uneven splits (3:1, 4:0; a simulation cannot start from a given state). Softmax-1
-and Bayes-softmax are contrasts (ODE only, from the perturbed random start of the same D).
+near prepared uneven splits (3:1, 4:0). Softmax-1 and Bayes-softmax are contrasts (ODE only, from
+the perturbed random start of the same D).
+
+The map of uneven splits (:mod:`headspec.conventions.splitmap`) at E6's η along the amplitude a
+says where the paper's claim can hold: where every uneven split is a saddle of the ODE, misplaced
+heads can leave it; where one is a stable minimum, heads placed there stay. E6 reports its
+simulations against the map at its own a.
 
 A head's direction and the split of the heads are read by
 :mod:`headspec.dynamics.splits` (labels, split names, the stable/saddle/marginal rule) and
@@ -81,6 +86,10 @@ class Params(RecipeParams):
     idle_q: float = Field(ge=0, description="… with Q_hh at least this (else idle)")
     persist: Count = Field(description="a split counts when it lasts this many grid points")
     T: dict[Law, Positive] = Field(description="horizon per law")
+    map_laws: list[Law] = Field(description="laws of the map of uneven splits ([]: no map)")
+    map_a: list[Positive] = Field(description="the map's amplitudes a")
+    map_lr: float | None = Field(None, ge=0, description="the map's η (None: train.lr; 0: flow)")
+    map_n: Count = Field(description="Sobol base samples of the map's drift (qmc)")
 
 
 HEADER = ("activation", "law", "start → run", "n", "split after specialisation", "end split",
@@ -149,6 +158,92 @@ def run(ctx: Context):
         dev = paired[f"softmax_{k}"][2]
         _claims(ctx, k, res, lab0[k], prep_here, cl, dev, L.T[k])
     _figures(ctx, paired, preps, prep_meta, L.atoms, L.names, p)
+    cells = _split_map(ctx, p)
+    for k in p.map_laws:
+        _map_claim(ctx, k, cells[k], res.get((k, "sim")), p)
+    if cells:
+        _map_figure(ctx, cells)
+
+
+def _split_map(ctx: Context, p: Params) -> dict[str, list]:
+    """The map of uneven splits along a for each law of ``map_laws``: law → [(a, setting)], one
+    "splitmap" run per (law, a) (reused like every run)."""
+    lr = p.map_lr if p.map_lr is not None else float(ctx.config.get("train", {}).get("lr", 1.0))
+    runs = {}
+    for k in p.map_laws:
+        fmt = LAWS[k][0]
+        for a in p.map_a:
+            law = fmt % ((a,) if k == "spike" else (a, a))
+            runs[(k, a)] = Run(f"map_{k}_a{a:g}", "splitmap",
+                               (law, f"map.lr={lr}", f"map.n={p.map_n}"))  # fmt: skip
+    done = ctx.runs(list(runs.values())) if runs else {}
+    out: dict[str, list] = {k: [] for k in p.map_laws}
+    for (k, a), r in runs.items():
+        out[k].append((a, done[r.name]))
+    return out
+
+
+def _map_claim(ctx: Context, k: str, cells: list, sim: dict | None, p: Params) -> None:
+    """Law ``k``'s verdict on the paper's claim against the map: at which a every uneven split is
+    a saddle (misplaced heads can leave it), at which one is a stable minimum (they stay), and
+    what E6's own simulations did at its a."""
+    by_kind: dict[str, list[float]] = {}
+    words = []
+    for a, ds in cells:
+        kind, split = str(ds.uneven_kind.values), str(ds.uneven_split.values)
+        by_kind.setdefault(kind, []).append(a)
+        rate = (f" {float(ds.uneven_rate):+.4f} ± {float(ds.uneven_rate_se):.4f}"
+                if kind != "none" else "")  # fmt: skip
+        words.append(f"a = {a:g}: {split or '–'} {kind}{rate}")
+    eta = float(cells[0][1].eta) if cells else float("nan")
+
+    def at(kind):
+        return ", ".join(f"{a:g}" for a in by_kind.get(kind, [])) or "none"
+
+    here = next((ds for a, ds in cells if a == p.a), None)
+    seen = ""
+    if here is not None and sim is not None:
+        seen = (f" At E6's a = {p.a:g} the map's most stable uneven split is "
+                f"{here.uneven_split.values} ({here.uneven_kind.values}); E6's simulations: "
+                f"{sim['n_moved']} of {sim['n_uneven0']} seeds with an uneven first split "
+                "ended even.")  # fmt: skip
+    ctx.claim(Claim(
+        f"E6.{k}.map",
+        f"softmax, {LAW_NAMES[k]}: misplaced heads can rearrange — where every uneven split is "
+        "a saddle (the map of uneven splits)",
+        f"amplitudes a of the map (η = {eta:g}) at which every uneven split that is a fixed "
+        "point of the ODE is a saddle (none a stable minimum or marginal)",
+        len(by_kind.get("saddle", [])), 0.0,
+        Tolerance("at_least", 1, why="the claim holds somewhere in the model when, at some a, "
+                  "no uneven split is a stable or marginal fixed point (Re λ of every non-zero "
+                  "Jacobian mode against 3 s.e.): from each, some mode leads away. Where one is "
+                  "a stable minimum, heads placed there stay (the claim fails there)"),
+        unit=f"of {len(cells)} amplitudes",
+        detail=f"rearrange (every uneven split a saddle) at a = {at('saddle')}; stuck (an "
+        f"uneven split a stable minimum) at a = {at('minimum')}; marginal at a = "
+        f"{at('marginal')}; no uneven fixed point at a = {at('none')}. "
+        + "; ".join(words) + "." + seen,
+    ))  # fmt: skip
+
+
+def _map_figure(ctx: Context, cells: dict[str, list]) -> None:
+    """The map along a (one row per law) as the sweep's figure draws it."""
+    import json
+
+    import xarray as xr
+
+    from headspec.apps.plots import plot_split_map
+
+    laws = [k for k in cells if cells[k]]
+    per_law = [xr.concat([ds.drop_attrs().expand_dims(a=[a]) for a, ds in cells[k]], dim="a",
+                         join="outer", fill_value={"kind": "", "mode": ""})
+               for k in laws]  # fmt: skip
+    ds = xr.concat(per_law, dim=xr.DataArray([LAW_NAMES[k] for k in laws], dims="law"),
+                   join="outer")  # fmt: skip
+    ds["a"].attrs["config_key"] = "a"
+    ds["law"].attrs["config_key"] = "law"
+    ds.attrs["axes"] = json.dumps(["a", "law"])
+    ctx.figure(plot_split_map(ds), "split_map")
 
 
 def _prepared(p: Params, L: _Laws, acts: list, splits: list) -> dict:

@@ -37,14 +37,12 @@ def run_task(kind: str, config_json: str, target: str | None = None, token: str 
         _worker_setup()
         _WORKER_READY = True
     from headspec.conventions import results
-    from headspec.conventions.runs import simulate, solve
-    from headspec.conventions.splitmap import classify_setting
+    from headspec.conventions.runs import compute
 
-    run = {"simulate": simulate, "theory": solve, "splitmap": classify_setting}[kind]
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         cfg = MODELS[kind].model_validate_json(config_json)
-        ds = run(cfg)
+        ds = compute(kind, cfg)
     except Exception as e:
         return {
             "status": "failed",
