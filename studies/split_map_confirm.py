@@ -1,4 +1,4 @@
-"""The map of uneven splits confirmed by simulation (issue 27): SGD started at a split's fixed point.
+"""The map of uneven splits confirmed by simulation (issue 27): SGD started at a fixed point.
 
 The map (a sweep of kind "splitmap", ``experiments/sweep_split_map.toml``: softmax, H = 4,
 L = 10, the flipped spike ±a) says, for each amplitude a and learning rate η, whether each split
@@ -16,10 +16,17 @@ seeds leave the split by the horizon T, and where they go. The prediction:
 The points are E6's η = 2 on both sides of the two boundaries the map finds (3:1 between a = 1.5
 and 2; 4:0 between 3 and 4). T: 1500, or 2.5·ln(D)/(2λ) for a slower saddle (at most 3000).
 
+Then the 3:1 boundary is located by bisection in a (``--bisect``: the sign change of 3:1's
+leading rate between a = 1.5 and 2 at η = 2, to 1/16) and confirmed by SGD at the two last
+probes straddling it (``--straddle k``, k = 0 below, 1 above; 32 seeds each as above).
+
 Run from the repository root (two halves in parallel on 2 cores, then the report):
 
     nice -n 5 .venv/bin/python studies/split_map_confirm.py --part 0/2 &
     nice -n 5 .venv/bin/python studies/split_map_confirm.py --part 1/2; wait
+    nice -n 5 .venv/bin/python studies/split_map_confirm.py --bisect
+    nice -n 5 .venv/bin/python studies/split_map_confirm.py --straddle 0 &
+    nice -n 5 .venv/bin/python studies/split_map_confirm.py --straddle 1; wait
     .venv/bin/python studies/split_map_confirm.py --report
 
 Inputs: the collected map ``studies/out/split_map_e6.nc`` (a copy of the sweep's sweep.nc).
@@ -79,6 +86,64 @@ def run_part(part: int, parts: int) -> None:
         (OUT / f"split_map_confirm_{part}.json").write_text(json.dumps(rows, indent=1))
 
 
+def bisect() -> None:
+    """The 3:1 boundary at η = 2 between a = 1.5 and 2 (the map's grid step), to 1/16."""
+    import xarray as xr
+
+    from headspec.conventions import build
+    from headspec.conventions.config import SplitMapConfig
+    from headspec.dynamics.splitmap import locate_boundary
+
+    ds = xr.load_dataset(MAP, engine="h5netcdf")
+    cfg = SplitMapConfig.model_validate_json(str(ds.sel(scale=1.5, lr=ETA).config_json.values))
+    problem, dirs = build.split_map_problem(cfg)
+    o = cfg.map
+    t0 = time.time()
+
+    def show(a, pt):
+        print(f"a = {a:.4f}: {pt.kind} {pt.lead_rate:+.6f} ± {pt.lead_se:.6f}", flush=True)
+
+    b = locate_boundary(problem, dirs, (3, 1), 1.5, 2.0, eta=ETA, tol=1 / 16, progress=show,
+                        scales=tuple(o.scales), min_cos=o.min_cos, margin=o.margin)  # fmt: skip
+
+    def point(a, pt):
+        return {"a": a, "kind": pt.kind, "rate": pt.lead_rate, "se": pt.lead_se, "risk": pt.risk,
+                "M": np.asarray(pt.state.M).tolist(), "Q": np.asarray(pt.state.Q).tolist(),
+                "b": np.asarray(pt.state.b).tolist()}  # fmt: skip
+
+    out = {"split": "3:1", "eta": ETA, "low": b.low, "high": b.high, "wall_s": time.time() - t0,
+           "probes": [point(a, pt) for a, pt in b.probes]}  # fmt: skip
+    (OUT / "split_map_boundary.json").write_text(json.dumps(out, indent=1))
+    print(f"boundary of 3:1 between a = {b.low:g} and {b.high:g} ({out['wall_s']:.0f} s)")
+
+
+def straddle(k: int) -> None:
+    """SGD from the fixed point at the boundary's low (k = 0) or high (k = 1) end."""
+    import xarray as xr
+
+    from headspec.conventions.config import SplitMapConfig
+    from headspec.conventions.runs import simulate
+    from headspec.conventions.splitmap import prepared_run, rearrangement
+
+    bd = json.loads((OUT / "split_map_boundary.json").read_text())
+    a = bd["low"] if k == 0 else bd["high"]
+    pt = next(p for p in bd["probes"] if p["a"] == a)
+    ds = xr.load_dataset(MAP, engine="h5netcdf")
+    cfg = SplitMapConfig.model_validate_json(str(ds.sel(scale=1.5, lr=ETA).config_json.values))
+    cfg = cfg.model_copy(update={"task": cfg.task.model_copy(update={
+        "latent": cfg.task.latent.model_copy(update={"scale": a})})})  # fmt: skip
+    T = horizon(pt["kind"], pt["rate"])
+    t0 = time.time()
+    sim = simulate(prepared_run(cfg, (pt["M"], pt["Q"], pt["b"]), D, T, SEEDS, seed=9000 + k))
+    dirs = np.asarray(cfg.task.latent.build().atoms)
+    r = rearrangement(sim, dirs, cfg.map.min_cos, cfg.map.margin)
+    row = {"a": a, "eta": ETA, "split": "3:1", "map_kind": pt["kind"], "rate": pt["rate"],
+           "rate_se": pt["se"], "risk": pt["risk"], "D": D, "T": T, "wall_s": time.time() - t0,
+           "boundary": [bd["low"], bd["high"]], **r}  # fmt: skip
+    (OUT / f"split_map_confirm_straddle{k}.json").write_text(json.dumps([row], indent=1))
+    print(json.dumps({k: v for k, v in row.items() if k not in ("t_left", "end_risk")}))
+
+
 def verdict(row: dict) -> str:
     k, S, kind = row["left"], row["seeds"], row["map_kind"]
     if kind == "saddle":
@@ -124,9 +189,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--part", default="0/1", help="k/n: run every n-th point from the k-th")
     ap.add_argument("--report", action="store_true", help="merge the parts into the table")
+    ap.add_argument("--bisect", action="store_true", help="locate the 3:1 boundary in a")
+    ap.add_argument("--straddle", type=int, choices=(0, 1), help="SGD at the boundary's ends")
     args = ap.parse_args()
     if args.report:
         report()
+        return
+    if args.bisect:
+        bisect()
+        return
+    if args.straddle is not None:
+        straddle(args.straddle)
         return
     k, n = (int(x) for x in args.part.split("/"))
     run_part(k, n)

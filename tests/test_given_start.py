@@ -1,8 +1,10 @@
-"""SGD from a given state (``init = {kind = "given", M, Q, b}`` of a SimulateConfig): every seed
-starts at exactly the given overlaps — in each engine's own representation (full: keys in D
-dimensions; reduced: coordinates on span(K*, K); diffusion: the overlaps themselves) — and the
-seeds then differ by their SGD noise only. The default random start stays out of the config's
-dump, so hashes of configs written before ``init`` existed do not change."""
+"""SGD from a given state (``init = {kind = "given", M, Q, b, noise}`` of a SimulateConfig).
+
+Without noise every seed starts at exactly the given overlaps, in each engine's own
+representation (full: keys in D dimensions; reduced: coordinates on span(K*, K); diffusion: the
+overlaps themselves), and the seeds then differ by their SGD noise only; with key noise the
+overlaps move by its exact law, the same in all three engines. The default random start stays
+out of the config's dump, so hashes of configs written before ``init`` existed do not change."""
 
 import numpy as np
 import pytest
@@ -11,9 +13,9 @@ from headspec.apps.sweep.plan import config_hash
 from headspec.conventions.config import ConfigError, SimulateConfig, load_config
 from headspec.conventions.runs import simulate
 
-# a state with Q − MMᵀ of rank one (singular: the keys' parts off the features are parallel)
+# a state whose keys' parts off the features are nearly parallel (Q − MMᵀ nearly of rank one)
 M = [[0.9, 0.1], [0.2, -0.7]]
-C = np.outer([0.3, 0.4], [0.3, 0.4])
+C = np.outer([0.3, 0.4], [0.3, 0.4]) + 0.01 * np.eye(2)
 Q = (np.asarray(M) @ np.asarray(M).T + C).tolist()
 B = [0.5, -0.25]
 
@@ -26,7 +28,16 @@ def _cfg(engine: str, **extra) -> SimulateConfig:
     return load_config(SimulateConfig, overrides=over)
 
 
-@pytest.mark.parametrize("engine", ["full", "reduced", "diffusion"])
+# the reduced engine (the one prepared runs use) in the fast tiers; the full and diffusion
+# engines compile their own programs (~15 s each on 2 cores): slow tier
+@pytest.mark.parametrize(
+    "engine",
+    [
+        pytest.param("full", marks=pytest.mark.slow),
+        "reduced",
+        pytest.param("diffusion", marks=pytest.mark.slow),
+    ],
+)
 def test_every_seed_starts_at_the_given_overlaps_and_then_moves_by_its_own_noise(engine):
     ds = simulate(_cfg(engine, **({"diffusion.n": 256} if engine == "diffusion" else {})))
     first = ds.isel(t=0)
@@ -67,3 +78,42 @@ def test_the_default_random_start_keeps_the_old_hash_and_dump():
 def test_a_bad_given_start_is_refused_naming_the_field(init, expect):
     with pytest.raises(ConfigError, match=expect):
         load_config(SimulateConfig, overrides=["model.H=2", "init=" + init.replace("'", '"')])
+
+
+@pytest.mark.parametrize("engine", ["full", "reduced", "diffusion"])
+def test_key_noise_moves_the_overlaps_by_its_exact_law(engine):
+    """k_h + ν·g_h, g_h ~ N(0, I_D): E[M'] = M with Var M'_hf = ν²/D, E[Q'_hh'] = Q_hh' + ν² δ_hh'.
+    Three routes to the same law — the full engine's literal D-dimensional keys, the reduced
+    engine's coordinates (noise inside the keys' span plus a Bartlett factor outside it), the
+    diffusion engine's overlaps of those coordinates — each on 400 seeds; tolerances 4 s.e."""
+    from headspec.conventions import build
+    from headspec.dynamics.engines import seed_keys
+    from headspec.dynamics.engines.reduced import overlaps
+
+    nu, S, D = 0.3, 400, 60
+    cfg = _cfg(engine, **{"task.D": D, "seeds": S, "init.noise": nu})
+    eng = build.engine(cfg)
+    st = build.start(cfg, eng, seed_keys(np.arange(S)), np.float64)
+    if engine == "diffusion":
+        Ms, Qs = np.asarray(st.M), np.asarray(st.Q)
+    elif engine == "reduced":
+        Ms, Qs = (np.asarray(x) for x in overlaps(st, D))
+    else:  # keys (S, H, D), frame U (S, D, F): M = K U/√D, Q = K Kᵀ/D
+        K, U = np.asarray(st.keys), np.asarray(st.frame)
+        Ms, Qs = K @ U / np.sqrt(D), K @ np.swapaxes(K, 1, 2) / D
+    dM, dQ = Ms - np.asarray(M), Qs - np.asarray(Q)  # (S, H, F), (S, H, H)
+    se_M = nu / np.sqrt(D) / np.sqrt(S)
+    assert np.abs(dM.mean(0)).max() < 4 * se_M
+    np.testing.assert_allclose(dM.var(0), nu**2 / D, rtol=4 * np.sqrt(2 / S))
+    want = nu**2 * np.eye(2)
+    se_Q = dQ.std(0) / np.sqrt(S)
+    assert (np.abs(dQ.mean(0) - want) < 4 * se_Q + 1e-12).all(), (dQ.mean(0), se_Q)
+
+
+def test_identical_heads_without_noise_are_refused_for_the_reduced_engine():
+    same = "init={kind='given', M=[[1.0, 0.0], [1.0, 0.0]], Q=[[1.5, 1.5], [1.5, 1.5]]}"
+    over = ["model.H=2", "train.engine=reduced", "task.D=200", same.replace("'", '"')]
+    with pytest.raises(ConfigError, match=r"Q − MMᵀ is singular.*fix: give init.noise > 0"):
+        load_config(SimulateConfig, overrides=over)
+    ok = load_config(SimulateConfig, overrides=[*over, "init.noise=0.1"])
+    assert ok.init.noise == 0.1

@@ -200,7 +200,8 @@ def start(cfg, engine: Engine, keys: dict[str, Array], dtype):
     """The SGD engines' initial state of a SimulateConfig: SPEC §4's random start, or every seed
     at the given overlaps (``init`` of kind "given")."""
     if cfg.init.kind == "given":
-        return engine.start_at(keys, given_overlaps(cfg.model, cfg.init, cfg.task.L), dtype)
+        overlaps = given_overlaps(cfg.model, cfg.init, cfg.task.L)
+        return engine.start_at(keys, overlaps, dtype, cfg.init.noise)
     return engine.init(keys, cfg.model.sigma0, initial_bias(cfg.model, cfg.task.L), dtype)
 
 

@@ -47,6 +47,9 @@ from headspec.conventions.provenance import run_metadata
 
 SCHEMA_VERSION = 1
 RUN_KINDS = ("simulation", "theory")  # the results of simulate and theory (this schema)
+# what a sweep task or a recipe's run writes: a run's result, or a setting of the map of uneven
+# splits (conventions.splitmap)
+TASK_KINDS = (*RUN_KINDS, "splitmap")
 KINDS = RUN_KINDS
 # a result file's attribute: the seconds its run took to compute (what reusing the file saves)
 COMPUTE_SECONDS = "elapsed_s"

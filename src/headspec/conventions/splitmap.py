@@ -199,12 +199,14 @@ def prepared_run(
     engine: str = "reduced",
     points: int = 40,
     n_mc: int = 512,
+    noise: float = 0.1,
 ):
     """The :class:`~headspec.conventions.config.SimulateConfig` of SGD started at a split's fixed
     point ``state`` (M, Q, b) of the setting ``cfg`` (a SplitMapConfig): the same law, L, heads,
-    activation and η = η_b = map.lr, at dimension ``D`` for time ``T``, ``seeds`` seeds that
-    differ by their SGD noise only (``init`` of kind "given"). Gradient flow (map.lr = 0) has no
-    SGD to simulate: refused."""
+    activation and η = η_b = map.lr, at dimension ``D`` for time ``T``, ``seeds`` seeds, each
+    key plus ``noise``·N(0, I_D) (``init`` of kind "given"; default 0.1, the random start's key
+    scale: without it the identical heads of a group would stay identical under SGD, whatever
+    the split's stability). Gradient flow (map.lr = 0) has no SGD to simulate: refused."""
     from headspec.conventions.config import SimulateConfig
 
     if cfg.map.lr == 0:
@@ -218,7 +220,7 @@ def prepared_run(
         "model": cfg.model.model_dump(),
         "train": {"T": float(T), "lr": cfg.map.lr, "engine": engine, "dtype": "float32"},
         "record": {"points": points, "n_mc": n_mc, "t_min": min(1.0, T / 10)},
-        "init": {"kind": "given", "M": M, "Q": Q, "b": b},
+        "init": {"kind": "given", "M": M, "Q": Q, "b": b, "noise": float(noise)},
         "seed": seed,
         "seeds": seeds,
     }

@@ -35,8 +35,6 @@ from headspec.conventions import results
 from headspec.conventions.config import SimulateConfig, SplitMapConfig, load_config, merge
 from headspec.core.stats import mean_se
 
-LOADABLE = (*results.RUN_KINDS, "splitmap")  # the kinds of a recipe's result files
-
 __all__ = ["CONFIG_SECTIONS", "Context", "Outcome", "Run", "Stopped", "ode_beside"]
 
 
@@ -204,7 +202,7 @@ class Context:
                 raise RuntimeError(f"run {r.name} failed on a worker: {res['error']}")
             if not res.get("written"):
                 results.save(res["dataset"], self.path(r.name))
-            out[r.name] = results.load(self.path(r.name), kinds=LOADABLE)
+            out[r.name] = results.load(self.path(r.name), kinds=results.TASK_KINDS)
             took, cpu = res["elapsed_s"], res["cpu_s"]
             self._log(f"{self.id} {r.name}: {took:.0f} s on a worker (CPU {cpu:.0f} s)")
         return out
@@ -272,7 +270,7 @@ def _reusable(path: Path, cfg) -> Any:
     if not path.exists():
         return None
     try:
-        ds = results.load(path, kinds=LOADABLE)
+        ds = results.load(path, kinds=results.TASK_KINDS)
     except Exception:  # a damaged or foreign file is recomputed (and overwritten)
         return None
     try:  # the stored config read by today's model: fields added since take their defaults

@@ -97,7 +97,7 @@ def _read_points(folder: Path, manifest: dict) -> tuple[dict[int, list], dict[in
         status.setdefault(e["point"], []).append(e["status"])
         if e["status"] in ("done", "diverged"):
             try:
-                ds = results.load(folder / e["file"], kinds=(*results.RUN_KINDS, "splitmap"))
+                ds = results.load(folder / e["file"], kinds=results.TASK_KINDS)
             except results.ResultError as err:
                 raise SweepError(
                     f"point file {e['file']} is unreadable ({err}); fix: re-run the sweep "

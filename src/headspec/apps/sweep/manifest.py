@@ -133,7 +133,7 @@ def task_is_intact(folder: Path, task: SweepTask, entry: dict | None) -> bool:
     if entry and entry.get("sha256") and entry.get("hash") == task.hash:
         return _sha256(path) == entry["sha256"]
     try:
-        ds = results.load(path, kinds=(*results.RUN_KINDS, "splitmap"))
+        ds = results.load(path, kinds=results.TASK_KINDS)
         cfg = MODELS[_kind_of(ds)].model_validate_json(ds.attrs["config_json"])
     except Exception:
         return False

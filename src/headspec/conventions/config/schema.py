@@ -255,11 +255,11 @@ class SimulateConfig(_RunConfig):
 
     seeds: PositiveInt = Field(8, description="independent runs: seeds seed, seed+1, …")
     diffusion: DiffusionOptions = Field(default_factory=DiffusionOptions)
-    init: Annotated[RandomStart | GivenInit, Field(discriminator="kind")] = Field(
+    init: Annotated[RandomStart | GivenStart, Field(discriminator="kind")] = Field(
         default_factory=RandomStart,
         description="where SGD starts: random (SPEC §4, the default) or given — every seed at "
-        "the same order parameters (M, Q, b), realised by keys of dimension task.D; the seeds "
-        "then differ by their SGD noise only (a prepared split, a fixed point)",
+        "the same order parameters (M, Q, b), realised by keys of dimension task.D, plus "
+        "init.noise·N(0, I_D) per key and seed (a prepared split, a fixed point)",
     )
 
     @model_serializer(mode="wrap")
@@ -275,8 +275,19 @@ class SimulateConfig(_RunConfig):
     @model_validator(mode="after")
     def _check(self):
         F, H, L, D, B = self.task.latent.F, self.model.H, self.task.L, self.task.D, self.train.batch
-        if isinstance(self.init, GivenInit):
+        if isinstance(self.init, GivenStart):
             _check_given(self.init, H, F, "init")
+            if self.train.engine == "reduced" and self.init.noise == 0:
+                M, Q = np.asarray(self.init.M), np.asarray(self.init.Q)
+                w = float(np.linalg.eigvalsh(Q - M @ M.T).min())
+                if w <= 1e-9 * max(1.0, float(np.abs(Q).max())):
+                    raise ValueError(
+                        "init: Q − MMᵀ is singular (identical heads, or keys inside the features' "
+                        f"span; smallest eigenvalue {w:.3g}) and init.noise = 0: the reduced "
+                        "engine needs the keys' parts off the features to span H dimensions, "
+                        "and SGD never separates identical heads; fix: give init.noise > 0 "
+                        "(e.g. 0.1, the random start's key scale)"
+                    )
         if self.train.engine == "reduced" and not reduced_fits(D, F, H, L, B):
             raise ValueError(
                 f'train.engine = "reduced" needs task.D − F − model.H ≥ train.batch·task.L, got '
@@ -516,4 +527,18 @@ def _check_given(init: GivenInit, H: int, F: int, where: str) -> None:
         )
 
 
-SimulateConfig.model_rebuild()  # its init refers to GivenInit, defined below it
+class GivenStart(GivenInit):
+    """A simulation's given start: the state (M, Q, b) of :class:`GivenInit`, realised by keys
+    of dimension task.D, plus ``noise``·N(0, I_D) added to every key (a new draw per seed)."""
+
+    noise: float = Field(
+        0.0,
+        ge=0,
+        le=MAX_SIGNAL,
+        description="N(0, noise²) added to every coordinate of every key, per seed: overlaps "
+        "move by O(noise/√D), Q's diagonal by ≈ noise². Breaks the symmetry of identical "
+        "heads, which SGD alone keeps (0: every seed starts at exactly the given overlaps)",
+    )
+
+
+SimulateConfig.model_rebuild()  # its init refers to GivenStart, defined below it

@@ -38,6 +38,7 @@ import numpy as np
 
 from headspec.core.attention import Activation
 from headspec.core.latent import LatentLaw
+from headspec.core.linalg import bartlett, psd_root
 from headspec.core.observables import BaseSamples, Observation
 from headspec.core.precision import float64, float64_context
 
@@ -50,6 +51,28 @@ def dimension(D) -> Array:
     depends on D; the full engine reads its shapes from its arrays)."""
     with float64_context():
         return jnp.asarray(D, jnp.int64)
+
+
+@jax.jit
+def given_coordinates(key: Array, M: Array, Q: Array, D, noise) -> tuple[Array, Array]:
+    """Keys with the overlaps (M (H, F), Q (H, H)) at dimension D, plus ``noise``·N(0, I_D) each,
+    in the reduced engine's coordinates: along the F feature directions X (H, F) = √D·M + noise·Z,
+    and their orthogonal parts' lower-triangular Gram factor W (H, H): W Wᵀ = (√D·R + noise·A)
+    (…)ᵀ + noise²·T Tᵀ, R Rᵀ = Q − MMᵀ, with Z, A ~ N(0, 1) and T Tᵀ ~ Wishart(D − F − H, I_H)
+    the noise's parts outside the keys' span (exact, as the random start's Bartlett factor). With
+    ``noise`` = 0, W = √D·R (identical heads stay identical: then SGD keeps them so)."""
+    H, F = M.shape
+    dtype = M.dtype
+    Dd = jnp.asarray(D, dtype)
+    nu = jnp.asarray(noise, dtype)
+    k1, k2, k3 = jax.random.split(key, 3)
+    R = jnp.sqrt(Dd) * psd_root(Q - M @ M.T)  # (H, H)
+    X = jnp.sqrt(Dd) * M + nu * jax.random.normal(k1, (H, F), dtype)  # (H, F)
+    P = R + nu * jax.random.normal(k2, (H, H), dtype)  # (H, H): inside the keys' span
+    T = bartlett(k3, jnp.asarray(D, jnp.int64) - F - H, H, dtype)  # (H, H): outside it
+    G = P @ P.T + nu**2 * (T @ T.T)  # (H, H)
+    W = jnp.where(nu > 0, jnp.linalg.cholesky(G), R)  # (H, H)
+    return X, W
 
 
 class SGDState(NamedTuple):
@@ -88,10 +111,11 @@ class Engine(eqx.Module):
         """Initial state of SPEC §4 (keys k_h ~ N(0, σ0² I_D), biases b0) for every seed; a
         NamedTuple with a ``fail_step`` (S,) field (−1: no divergence)."""
 
-    def start_at(self, keys: dict[str, Array], state, dtype):
+    def start_at(self, keys: dict[str, Array], state, dtype, noise: float = 0.0):
         """Every seed at the given order parameters ``state`` = (M (H, F), Q (H, H), b (H,)),
-        realised by keys of dimension D (the same overlaps for every seed; they then differ by
-        their SGD noise). Q − MMᵀ must be positive semi-definite."""
+        realised by keys of dimension D, plus ``noise``·N(0, I_D) added to each key (a new draw
+        per seed: it breaks the symmetry of identical heads, which SGD alone keeps; overlaps move
+        by O(noise/√D) and Q's diagonal by noise²). Q − MMᵀ must be positive semi-definite."""
         raise NotImplementedError(f"the {self.name} engine cannot start from a given state")
 
     @abc.abstractmethod

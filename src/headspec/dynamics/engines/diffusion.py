@@ -95,7 +95,7 @@ import jax.numpy as jnp
 from headspec.core.linalg import min_eigenvalue, psd_project
 from headspec.core.observables import BaseSamples, Observation, population_risk
 from headspec.core.precision import float64
-from headspec.dynamics.engines.base import Engine
+from headspec.dynamics.engines.base import Engine, given_coordinates
 from headspec.dynamics.initial import perturbed_state
 from headspec.dynamics.noise import (
     FiniteGram,
@@ -167,13 +167,20 @@ class DiffusionEngine(Engine):
         return DiffusionState(*y, jnp.full((S,), -1, jnp.int64), jnp.zeros((S,), jnp.int8))
 
     @float64
-    def start_at(self, keys, state, dtype) -> DiffusionState:
-        """Every seed at the given (M, Q, b) (the engine's state is the order parameters)."""
+    def start_at(self, keys, state, dtype, noise: float = 0.0) -> DiffusionState:
+        """Every seed at the overlaps of the given (M, Q, b)'s keys plus key noise (the exact
+        law of :func:`~headspec.dynamics.engines.base.given_coordinates`)."""
         M, Q, b = (jnp.asarray(x, jnp.float64) for x in state)
-        S = keys["init"].shape[0]
-        tile = lambda x: jnp.broadcast_to(x, (S, *x.shape))  # noqa: E731
-        return DiffusionState(tile(M), tile(Q), tile(b), jnp.full((S,), -1, jnp.int64),
-                              jnp.zeros((S,), jnp.int8))  # fmt: skip
+        S, D = keys["init"].shape[0], self.D
+
+        def one(k):
+            X, W = given_coordinates(k, M, Q, D, jnp.float64(noise))  # (H, F), (H, H)
+            Dd = jnp.asarray(D, jnp.float64)
+            return X / jnp.sqrt(Dd), (X @ X.T + W @ W.T) / Dd
+
+        Ms, Qs = jax.vmap(one)(keys["init"])  # (S, H, F), (S, H, H)
+        return DiffusionState(Ms, Qs, jnp.broadcast_to(b, (S, *b.shape)),
+                              jnp.full((S,), -1, jnp.int64), jnp.zeros((S,), jnp.int8))  # fmt: skip
 
     def _term(self, key):
         """The SDE as one diffrax term: one evaluation of the increments' moments gives both

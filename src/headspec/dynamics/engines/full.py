@@ -91,19 +91,21 @@ def _full_init(frame_keys, init_keys, F: int, H: int, D: int, frame_kind: str, s
 
 
 @functools.partial(jax.jit, static_argnums=(2, 3))
-def _full_start(frame_keys, init_keys, D: int, frame_kind: str, M, Q, b):
-    """Every seed at (M, Q, b): k_h = √D (U M_hᵀ + V R_hᵀ) with R Rᵀ = Q − MMᵀ and V (D, H)
-    orthonormal, orthogonal to the seed's frame U (random per seed)."""
+def _full_start(frame_keys, init_keys, D: int, frame_kind: str, M, Q, b, noise):
+    """Every seed at (M, Q, b): k_h = √D (U M_hᵀ + V R_hᵀ) + noise·N(0, I_D), with R Rᵀ = Q − MMᵀ
+    and V (D, H) orthonormal, orthogonal to the seed's frame U (random per seed)."""
     H, F = M.shape
     dtype = M.dtype
     R = psd_root(Q - M @ M.T)  # (H, H)
 
     def one(kf, ki):
+        k1, k2 = jax.random.split(ki)
         U = make_frame(kf, D, F, frame_kind, dtype)  # (D, F)
-        G = jax.random.normal(ki, (D, H), dtype)  # (D, H)
+        G = jax.random.normal(k1, (D, H), dtype)  # (D, H)
         G = G - U @ (U.T @ G)  # (D, H) orthogonal to the frame
         V, _ = jnp.linalg.qr(G)  # (D, H)
-        return U, jnp.sqrt(jnp.asarray(D, dtype)) * (M @ U.T + R @ V.T)  # (D, F), (H, D)
+        K = jnp.sqrt(jnp.asarray(D, dtype)) * (M @ U.T + R @ V.T)  # (H, D)
+        return U, K + noise * jax.random.normal(k2, (H, D), dtype)  # (D, F), (H, D)
 
     U, K = jax.vmap(one)(frame_keys, init_keys)  # (S, D, F), (S, H, D)
     S = K.shape[0]
@@ -122,10 +124,11 @@ class FullEngine(SGDEngine):
         return _full_init(keys["frame"], keys["init"], F, H, self.dim, self.frame_kind, sigma0, b0)
 
     @float64
-    def start_at(self, keys, state, dtype):
-        """Every seed at the given (M, Q, b), realised in float64, then cast to ``dtype``."""
+    def start_at(self, keys, state, dtype, noise: float = 0.0):
+        """Every seed at the given (M, Q, b) plus key noise, in float64, then cast to ``dtype``."""
         M, Q, b = (jnp.asarray(x, jnp.float64) for x in state)
-        st = _full_start(keys["frame"], keys["init"], self.dim, self.frame_kind, M, Q, b)
+        st = _full_start(keys["frame"], keys["init"], self.dim, self.frame_kind, M, Q, b,
+                         jnp.float64(noise))  # fmt: skip
         return SGDState(*(x.astype(dtype) for x in st[:3]), st.fail_step)
 
     def loss(self, K: Array, b: Array, X: Array, y: Array) -> Array:

@@ -38,11 +38,11 @@ import jax
 import jax.numpy as jnp
 
 from headspec.core.attention import loss_finite, predict
-from headspec.core.linalg import bartlett, chi2, psd_root
+from headspec.core.linalg import bartlett, chi2
 from headspec.core.names import reduced_fits
 from headspec.core.observables import BaseSamples, Observation, population_risk
 from headspec.core.precision import float64
-from headspec.dynamics.engines.base import SGDEngine, SGDState
+from headspec.dynamics.engines.base import SGDEngine, SGDState, given_coordinates
 
 Array = jax.Array
 
@@ -74,18 +74,15 @@ def _reduced_init(init_keys, F: int, H: int, D, sigma0, b0) -> SGDState:
 
 
 @jax.jit
-def _reduced_start(init_keys, D, M, Q, b) -> SGDState:
-    """Every seed at (M, Q, b): keys (√D·M_h, W_h) with W Wᵀ = D (Q − MMᵀ) (W: the PSD root; any
-    orthonormal completion of the frame will do, tokens being isotropic), frame the first F
-    coordinates. ``init_keys`` only count the seeds."""
+def _reduced_start(init_keys, D, M, Q, b, noise) -> SGDState:
+    """Every seed at (M, Q, b) plus its key noise: keys (X_h, W_h) of
+    :func:`~headspec.dynamics.engines.base.given_coordinates` (any orthonormal completion of the
+    frame will do, tokens being isotropic), frame the first F coordinates."""
     S, (H, F) = init_keys.shape[0], M.shape
-    dtype = M.dtype
-    Dd = jnp.asarray(D, dtype)
-    W = jnp.sqrt(Dd) * psd_root(Q - M @ M.T)  # (H, H)
-    C = jnp.concatenate([jnp.sqrt(Dd) * M, W], axis=1)  # (H, F + H)
-    Cs = jnp.eye(F, F + H, dtype=dtype)  # (F, F + H)
-    tile = lambda x: jnp.broadcast_to(x, (S, *x.shape))  # noqa: E731
-    return SGDState(tile(Cs), tile(C), tile(b), jnp.full((S,), -1, jnp.int64))
+    X, W = jax.vmap(lambda k: given_coordinates(k, M, Q, D, noise))(init_keys)  # (S,H,F),(S,H,H)
+    C = jnp.concatenate([X, W], axis=2)  # (S, H, F + H)
+    Cs = jnp.broadcast_to(jnp.eye(F, F + H, dtype=M.dtype), (S, F, F + H))  # (S, F, F + H)
+    return SGDState(Cs, C, jnp.broadcast_to(b, (S, H)), jnp.full((S,), -1, jnp.int64))
 
 
 class ReducedEngine(SGDEngine):
@@ -114,10 +111,10 @@ class ReducedEngine(SGDEngine):
                              jnp.asarray(sigma0, dtype), jnp.asarray(b0, dtype))  # fmt: skip
 
     @float64
-    def start_at(self, keys, state, dtype):
-        """Every seed at the given (M, Q, b) (the overlaps in float64, then cast to ``dtype``)."""
+    def start_at(self, keys, state, dtype, noise: float = 0.0):
+        """Every seed at the given (M, Q, b) plus key noise (in float64, then cast to ``dtype``)."""
         M, Q, b = (jnp.asarray(x, jnp.float64) for x in state)
-        st = _reduced_start(keys["init"], self.D, M, Q, b)
+        st = _reduced_start(keys["init"], self.D, M, Q, b, jnp.float64(noise))
         return SGDState(*(x.astype(dtype) for x in st[:3]), st.fail_step)
 
     def randoms(self, key, frame) -> StepRandoms:
