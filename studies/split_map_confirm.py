@@ -17,8 +17,9 @@ The points are E6's η = 2 on both sides of the two boundaries the map finds (3:
 and 2; 4:0 between 3 and 4). T: 1500, or 2.5·ln(D)/(2λ) for a slower saddle (at most 3000).
 
 Then the 3:1 boundary is located by bisection in a (``--bisect``: the sign change of 3:1's
-leading rate between a = 1.5 and 2 at η = 2, to 1/16) and confirmed by SGD at the two last
-probes straddling it (``--straddle k``, k = 0 below, 1 above; 32 seeds each as above).
+leading rate between a = 1.5 and 2 at η = 2, to 1/16) and confirmed by SGD on both sides
+(``--straddle k``: k = 0 the last probe that is a saddle by the rule, k = 1 the first past the
+sign change; 32 seeds each as above, T = 3000).
 
 Run from the repository root (two halves in parallel on 2 cores, then the report):
 
@@ -118,7 +119,10 @@ def bisect() -> None:
 
 
 def straddle(k: int) -> None:
-    """SGD from the fixed point at the boundary's low (k = 0) or high (k = 1) end."""
+    """SGD from the fixed point on either side of the boundary: k = 0 the largest probed a whose
+    3:1 is a saddle by the rule (Re λ > 3 s.e.: near the sign change the rate is within its
+    error of 0, and the escape time ln(D)/(2λ) outgrows any horizon), k = 1 the first probe past
+    the sign change; both to T = 3000."""
     import xarray as xr
 
     from headspec.conventions.config import SplitMapConfig
@@ -126,13 +130,14 @@ def straddle(k: int) -> None:
     from headspec.conventions.splitmap import prepared_run, rearrangement
 
     bd = json.loads((OUT / "split_map_boundary.json").read_text())
-    a = bd["low"] if k == 0 else bd["high"]
+    saddles = [p["a"] for p in bd["probes"] if p["kind"] == "saddle" and p["a"] <= bd["low"]]
+    a = max(saddles) if k == 0 else bd["high"]
     pt = next(p for p in bd["probes"] if p["a"] == a)
     ds = xr.load_dataset(MAP, engine="h5netcdf")
     cfg = SplitMapConfig.model_validate_json(str(ds.sel(scale=1.5, lr=ETA).config_json.values))
     cfg = cfg.model_copy(update={"task": cfg.task.model_copy(update={
         "latent": cfg.task.latent.model_copy(update={"scale": a})})})  # fmt: skip
-    T = horizon(pt["kind"], pt["rate"])
+    T = 3000.0
     t0 = time.time()
     sim = simulate(prepared_run(cfg, (pt["M"], pt["Q"], pt["b"]), D, T, SEEDS, seed=9000 + k))
     dirs = np.asarray(cfg.task.latent.build().atoms)

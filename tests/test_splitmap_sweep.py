@@ -221,3 +221,24 @@ def test_rearrangement_counts_the_seeds_that_left_their_split():
     assert r["fraction"] == pytest.approx(1 / 3) and r["se"] == pytest.approx(np.sqrt(2 / 27))
     assert r["t_left"][0] != r["t_left"][0] and r["t_left"][1:] == [2.0, 1.0]
     assert r["upper95"] is None
+
+
+def test_a_settings_excursions_are_kept_per_split_and_side(tmp_path):
+    from headspec.dynamics.splitmap import Excursion
+
+    cfg = load_config(SplitMapConfig, overrides=[f"task.latent={_toml(ORTH)}",
+                                                 "task.latent.scale=2.0"])  # fmt: skip
+    pts, dirs = synthetic_splits(cfg)  # 3:1 a saddle at a = 2
+    trips = {
+        1: [
+            Excursion(1, "3:1", "2:2", 1270.0, 0.345, 0.34501, 0.3316, 3600.0, False),
+            Excursion(-1, "3:1", "3:1", float("nan"), 0.345, 0.345, 0.345, 3600.0, True),
+        ]
+    }
+    back = results.load(results.save(to_dataset(pts, dirs, cfg, trips), tmp_path / "c.nc"),
+                        kinds=("splitmap",))  # fmt: skip
+    row = back.sel(split="3:1")
+    assert row.exc_end_split.values.tolist() == ["2:2", "3:1 (solver failed)"]
+    assert row.exc_t_change.values[0] == 1270.0 and np.isnan(row.exc_t_change.values[1])
+    assert back.exc_end_split.sel(split="2:2").values.tolist() == ["", ""]
+    assert np.isnan(back.exc_max_risk.sel(split="4:0")).all()
