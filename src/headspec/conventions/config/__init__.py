@@ -42,22 +42,26 @@ from headspec.conventions.config.schema import (
     BayesOptions,
     BayesRunConfig,
     ConstantSchedule,
-    GivenInit,
-    Init,
     InverseTimeSchedule,
     ModelConfig,
-    PerturbedInit,
     RecordConfig,
     Schedule,
     SimulateConfig,
-    SimulationInit,
-    SymmetricInit,
     TaskConfig,
     TheoryConfig,
     TheoryOptions,
     TrainConfig,
 )
 from headspec.conventions.config.splitmap import MapOptions, SplitMapConfig
+from headspec.conventions.config.starts import (
+    GivenInit,
+    GivenStart,
+    Init,
+    PerturbedInit,
+    RandomStart,
+    SimulationInit,
+    SymmetricInit,
+)
 
 __all__ = [
     "INIT_KINDS",
@@ -71,6 +75,7 @@ __all__ = [
     "FlippedSpikeConfig",
     "GaussianConfig",
     "GivenInit",
+    "GivenStart",
     "Init",
     "InverseTimeSchedule",
     "LatentConfig",
@@ -78,6 +83,7 @@ __all__ = [
     "ModelConfig",
     "PerturbedInit",
     "PositiveInt",
+    "RandomStart",
     "RecordConfig",
     "Schedule",
     "SimulateConfig",

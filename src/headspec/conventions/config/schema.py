@@ -12,15 +12,20 @@ from typing import Annotated, Literal
 import numpy as np
 from pydantic import Field, Strict, field_validator, model_serializer, model_validator
 
-from headspec.conventions.config.base import PositiveInt, StrictModel, Vector
+from headspec.conventions.config.base import PositiveInt, StrictModel
 from headspec.conventions.config.domain import check_diffusion_domain
 from headspec.conventions.config.latent import (
     MAX_SIGNAL,
-    MAX_VARIANCE,
     LatentConfig,
     _default_latent,
-    _largest,
     check_range,
+)
+from headspec.conventions.config.starts import (
+    GivenStart,
+    Init,
+    PerturbedInit,
+    RandomStart,
+    check_given,
 )
 from headspec.core.names import ACTIVATION_NAMES, ENGINE_NAMES, reduced_fits
 
@@ -243,13 +248,6 @@ class _RunConfig(StrictModel):
     seed: Annotated[int, Strict(), Field(ge=0, le=2**31 - 1)] = Field(0, description="first seed")
 
 
-class RandomStart(StrictModel):
-    """SPEC §4's start: keys k_h ~ N(0, model.sigma0² I_D), biases model.b0 (a new draw per
-    seed)."""
-
-    kind: Literal["random"] = "random"
-
-
 class SimulateConfig(_RunConfig):
     """Everything `headspec simulate` needs."""
 
@@ -276,7 +274,7 @@ class SimulateConfig(_RunConfig):
     def _check(self):
         F, H, L, D, B = self.task.latent.F, self.model.H, self.task.L, self.task.D, self.train.batch
         if isinstance(self.init, GivenStart):
-            _check_given(self.init, H, F, "init")
+            check_given(self.init, H, F, "init")
             if self.train.engine == "reduced" and self.init.noise == 0:
                 M, Q = np.asarray(self.init.M), np.asarray(self.init.Q)
                 w = float(np.linalg.eigvalsh(Q - M @ M.T).min())
@@ -349,76 +347,6 @@ def unusual_settings(cfg) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- theory
-class PerturbedInit(StrictModel):
-    """The exact law of the finite-D initial overlaps: k_h ~ N(0, σ0² I_D) at D = task.D.
-
-    M_hf ~ N(0, σ0²/D) and Q = MMᵀ + σ0² W/D with W ~ Wishart(D − F, I_H): a symmetric state plus a
-    seeded perturbation of size σ0/√D (one per seed).
-    """
-
-    kind: Literal["perturbed"] = "perturbed"
-
-
-class SymmetricInit(StrictModel):
-    """M = 0, Q = σ0² I, b = b0: the D → ∞ initial state; identical heads never specialise.
-
-    The drift's base samples are then closed under cyclic shifts of the heads (cost × H), so the
-    estimated drift keeps the heads exactly identical.
-    """
-
-    kind: Literal["symmetric"] = "symmetric"
-
-
-class GivenInit(StrictModel):
-    """A user-given state (M, Q, b); Q and the joint covariance [[Q, M], [Mᵀ, I]] must be PSD."""
-
-    kind: Literal["given"] = "given"
-    M: Annotated[list[Vector], Field(min_length=1)] = Field(
-        description="H rows of F numbers (within ±1000)"
-    )
-    Q: Annotated[list[Vector], Field(min_length=1)] = Field(
-        description="H×H, symmetric (entries within ±10⁶)"
-    )
-    b: Vector | None = Field(None, description="H biases (default: model.b0 rule; within ±1000)")
-
-    @field_validator("M", "b")
-    @classmethod
-    def _overlap_range(cls, v, info):
-        m = _largest(v)
-        if m > MAX_SIGNAL:
-            raise ValueError(
-                f"an entry of size {m:g} is outside the plausible range ±{MAX_SIGNAL:g}; fix: "
-                f"give {info.field_name} of moderate size"
-            )
-        return v
-
-    @field_validator("Q")
-    @classmethod
-    def _gram_range(cls, Q):
-        m = _largest(Q)
-        if m > MAX_VARIANCE:
-            raise ValueError(
-                f"an entry of size {m:g} is outside the plausible range ±{MAX_VARIANCE:g} (Q_hh = "
-                f"|k_h|²/D); fix: give Q of moderate size"
-            )
-        return Q
-
-
-class SimulationInit(StrictModel):
-    """The exact initial (M, Q, b) of the seeds of a simulation result file."""
-
-    kind: Literal["simulation"] = "simulation"
-    path: str = Field(description="a result file written by `headspec simulate`")
-    seeds: list[Annotated[int, Strict()]] | None = Field(
-        None, description="seed ids to start from (default: all seeds of the file)"
-    )
-
-
-Init = Annotated[
-    PerturbedInit | SymmetricInit | GivenInit | SimulationInit, Field(discriminator="kind")
-]
-
-
 class TheoryOptions(StrictModel):
     """How the ODE's expectations are estimated and integrated."""
 
@@ -501,44 +429,5 @@ class TheoryConfig(_RunConfig):
                 f'least {F + H}, or use theory.init = {{kind = "symmetric"}}'
             )
         if init.kind == "given":
-            _check_given(init, self.model.H, self.task.latent.F, "theory.init")
+            check_given(init, self.model.H, self.task.latent.F, "theory.init")
         return self
-
-
-def _check_given(init: GivenInit, H: int, F: int, where: str) -> None:
-    """A given state's shapes (model.H × F), Q's symmetry and Q − MMᵀ ⪰ 0 (keys exist)."""
-    if len(init.M) != H or any(len(r) != F for r in init.M):
-        raise ValueError(
-            f"{where}.M must be {H}×{F} (model.H × latent F); fix: give H rows of F numbers"
-        )
-    if len(init.Q) != H or any(len(r) != H for r in init.Q):
-        raise ValueError(f"{where}.Q must be {H}×{H}; fix: give an H×H matrix")
-    if init.b is not None and len(init.b) != H:
-        raise ValueError(f"{where}.b must have H = {H} entries; fix: give {H} biases")
-    M, Q = np.asarray(init.M), np.asarray(init.Q)
-    tol = 1e-9 * max(1.0, float(np.abs(Q).max()))
-    if not np.allclose(Q, Q.T, atol=tol, rtol=0):
-        raise ValueError(f"{where}.Q is not symmetric; fix: make Q[i][j] = Q[j][i]")
-    w = float(np.linalg.eigvalsh(Q - M @ M.T).min())
-    if w < -tol:
-        raise ValueError(
-            f"{where}: Q − MMᵀ is not positive semi-definite (smallest eigenvalue {w:.3g}), so "
-            f"no keys have these overlaps; fix: give Q ⪰ MMᵀ (|k_h|² ≥ |M_h|²)"
-        )
-
-
-class GivenStart(GivenInit):
-    """A simulation's given start: the state (M, Q, b) of :class:`GivenInit`, realised by keys
-    of dimension task.D, plus ``noise``·N(0, I_D) added to every key (a new draw per seed)."""
-
-    noise: float = Field(
-        0.0,
-        ge=0,
-        le=MAX_SIGNAL,
-        description="N(0, noise²) added to every coordinate of every key, per seed: overlaps "
-        "move by O(noise/√D), Q's diagonal by ≈ noise². Breaks the symmetry of identical "
-        "heads, which SGD alone keeps (0: every seed starts at exactly the given overlaps)",
-    )
-
-
-SimulateConfig.model_rebuild()  # its init refers to GivenStart, defined below it
