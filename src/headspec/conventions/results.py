@@ -27,8 +27,10 @@ and refuses anything else with one :class:`ResultError` line naming the file, wh
 the fix; then that its numbers mean something (:mod:`headspec.conventions.meaning`: finite M, Q,
 b in seeds not marked failed, Q − MMᵀ positive semi-definite, ``step`` = t·D/B).
 :func:`validate` also knows the other netCDF files headspec writes, so that giving one
-where a result is expected is named as such: ``kind = "saddles"`` (headspec.conventions.saddles)
-and ``kind = "sweep"`` (a collected sweep, headspec.apps.sweep.collect).
+where a result is expected is named as such: ``kind = "saddles"`` (headspec.conventions.saddles),
+``kind = "splitmap"`` (a setting of the map of uneven splits, headspec.conventions.splitmap:
+checked for its variables, text fields and config) and ``kind = "sweep"`` (a collected sweep,
+headspec.apps.sweep.collect, of a simulate, theory or splitmap sweep).
 
 :func:`dynamics_differences` lists the settings in which two results' configs differ that decide
 their dynamics (compared by `headspec compare` and `plot --theory`).
