@@ -5,6 +5,8 @@ a 3-setting grid against the settings computed one by one."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import xarray as xr
@@ -154,6 +156,15 @@ def test_the_collected_map_is_a_valid_sweep_file_with_its_figure(collected, tmp_
     back = results.load(path, kinds=("sweep",))
     fig = sweep.save_figure(back, tmp_path)
     assert fig.name == "sweep_split_map.png" and fig.stat().st_size > 10_000
+    table = json.loads(sweep.save_table(back, tmp_path).read_text())
+    assert table["axes"] == ["scale", "H", "lr"] and len(table["points"]) == 8
+    first, last = table["points"][0], table["points"][-1]
+    assert (first["scale"], first["H"], first["lr"], first["status"]) == (2.0, 3, 0.0, "done")
+    assert set(first["splits"]) == {"3:0", "2:1"}  # H = 3: the splits that exist
+    assert first["splits"]["2:1"] == {"kind": "minimum", "risk": 0.1, "lead_rate": -0.002,
+                                      "lead_se": 1e-4}  # fmt: skip
+    assert first["splits"]["3:0"]["risk"] is None and first["uneven_kind"] == "none"
+    assert last["status"] == "pending" and last["splits"] == {}
     f = plot_split_map(back)
     assert len(f.axes) == 2 * 2 + 2  # a row per H (two panels and a colour bar each)
     assert [t.get_text() for t in f.axes[0].texts] == []  # H = 3: no uneven fixed point

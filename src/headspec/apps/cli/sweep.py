@@ -237,6 +237,9 @@ def _print_report(plan, report) -> None:
         # every point file: 1.3 s of a 7 s command for two points)
         collected = results.load(report.dataset_path, kinds=("sweep",))
         out.print(f"wrote {sw.save_figure(collected, plan.out)}")
+        table = sw.save_table(collected, plan.out)
+        if table is not None:
+            out.print(f"wrote {table}")
 
 
 def _managed(folder: Path, with_results: bool = False) -> list[tuple[str, Path]]:
@@ -253,7 +256,8 @@ def _managed(folder: Path, with_results: bool = False) -> list[tuple[str, Path]]
     if with_results:
         managed += [("the sweep's combined dataset", folder / sw.COLLECTED),
                     ("the sweep's figure", folder / sw.FIGURE),
-                    ("the sweep's figure", folder / sw.MAP_FIGURE)]  # fmt: skip
+                    ("the sweep's figure", folder / sw.MAP_FIGURE),
+                    ("the sweep's table", folder / sw.MAP_TABLE)]  # fmt: skip
     return managed
 
 
@@ -274,7 +278,10 @@ def sweep_collect(
     target = out_path or folder / sw.COLLECTED
     kind = sw.read_manifest(folder)["spec"].get("kind", "simulate")
     figure = target.parent / sw.figure_name(kind)
-    check_paths([("--out", target), ("the figure", figure)], [], _managed(folder))
+    outputs = [("--out", target), ("the figure", figure)]
+    if kind == "splitmap":
+        outputs.append(("the table", target.parent / sw.MAP_TABLE))
+    check_paths(outputs, [], _managed(folder))
     try:
         ds = sw.collect(folder)
     except sw.SweepError as e:
@@ -285,6 +292,9 @@ def sweep_collect(
     out.print(f"{done} of {points} finished; {dims}")
     out.print(f"wrote {path}")
     out.print(f"wrote {sw.save_figure(ds, path.parent)}")
+    table = sw.save_table(ds, path.parent)
+    if table is not None:
+        out.print(f"wrote {table}")
 
 
 @sweep_app.command("status")

@@ -55,10 +55,12 @@ from headspec.apps.sweep.collect import (
     COLLECTED,
     FIGURE,
     MAP_FIGURE,
+    MAP_TABLE,
     collect,
     figure_name,
     save_collected,
     save_figure,
+    save_table,
 )
 from headspec.apps.sweep.driver import Report, check_folder, prepare, run
 from headspec.apps.sweep.errors import SweepError
@@ -88,6 +90,7 @@ __all__ = [
     "MANIFEST",
     "MANIFEST_VERSION",
     "MAP_FIGURE",
+    "MAP_TABLE",
     "MODELS",
     "TOKEN",
     "WORKER_ENV",
@@ -115,6 +118,7 @@ __all__ = [
     "run_task",
     "save_collected",
     "save_figure",
+    "save_table",
     "spec_differences",
     "spec_from_dict",
     "status_counts",

@@ -16,6 +16,7 @@ from headspec.apps.sweep.manifest import read_manifest
 COLLECTED = "sweep.nc"
 FIGURE = "sweep_final_risk.png"
 MAP_FIGURE = "sweep_split_map.png"  # of a splitmap sweep
+MAP_TABLE = "sweep_split_map.json"  # … and its table
 
 
 def figure_name(kind: str) -> str:
@@ -167,6 +168,40 @@ def save_collected(ds, path: str | Path) -> Path:
     from headspec.conventions.results import save
 
     return save(ds, path)
+
+
+def save_table(ds, folder: str | Path) -> Path | None:
+    """The table of a collected splitmap sweep as plain JSON (``folder/sweep_split_map.json``):
+    per grid point its swept values, status, the setting's summary and every split's kind, risk
+    and leading rate ± s.e. (null where not a number). None for other sweeps (their dataset is
+    the table)."""
+    from headspec.conventions.io import write_json_atomic
+
+    if ds.attrs["sweep_kind"] != "splitmap":
+        return None
+    axes = json.loads(ds.attrs["axes"])
+
+    def num(x):
+        x = float(x)
+        return x if np.isfinite(x) else None
+
+    points = []
+    for index in np.ndindex(*[ds.sizes[a] for a in axes]):
+        one = ds.isel(dict(zip(axes, index, strict=True)))
+        row = {a: _coord_value(one[a].values.item()) for a in axes}
+        row["status"] = str(one.status.values)
+        row |= {k: str(one[k].values) for k in ("uneven_kind", "uneven_split", "balanced_kind")}
+        row |= {k: num(one[k]) for k in ("uneven_rate", "uneven_rate_se", "balanced_risk",
+                                         "risk_advantage", "amplitude", "eta")}  # fmt: skip
+        row["splits"] = {
+            str(s): {"kind": str(one.kind.sel(split=s).values),
+                     **{k: num(one[k].sel(split=s)) for k in ("risk", "lead_rate", "lead_se")}}
+            for s in one.split.values if str(one.kind.sel(split=s).values)
+        }  # fmt: skip
+        points.append(row)
+    path = Path(folder) / MAP_TABLE
+    write_json_atomic(path, {"kind": "splitmap sweep", "axes": axes, "points": points})
+    return path
 
 
 def save_figure(ds, folder: str | Path) -> Path:
