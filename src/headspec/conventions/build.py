@@ -27,6 +27,7 @@ from headspec.dynamics.eta2 import ScoreSamples
 from headspec.dynamics.initial import Given, InitialState, Perturbed, Symmetric
 from headspec.dynamics.noise import gram_rest
 from headspec.dynamics.problem import FINE, DriftProblem, Exact, Sampled
+from headspec.dynamics.splitmap import at_setting
 
 Array = jax.Array
 
@@ -182,9 +183,11 @@ def split_map_problem(cfg) -> tuple[DriftProblem, np.ndarray]:
     else:
         base = BaseSamples.sobol(cfg.seed, law, L, H, opts.n)
     strategy = Exact(base, FINE) if opts.method == "exact" else Sampled(base, name=opts.method)
-    eta = opts.lr if opts.lr > 0 else 1.0
-    problem = DriftProblem(activation(cfg.model), law, L, eta, eta, strategy, opts.lr > 0)
-    return problem, np.asarray(law.atoms, np.float64)
+    problem = DriftProblem(activation(cfg.model), law, L, method=strategy)
+    atoms = np.asarray(law.atoms, np.float64)  # (J, F): the directions
+    # η = 0 → the η-linear drift at η = 1: the one rule of dynamics.splitmap.at_setting (the
+    # amplitude is the law's own, so its atoms are unchanged)
+    return at_setting(problem, atoms, float(np.linalg.norm(atoms[0])), opts.lr)
 
 
 def given_overlaps(model, init, L: int):

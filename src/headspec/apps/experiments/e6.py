@@ -55,6 +55,11 @@ LAWS = {
 LAW_NAMES = {"spike": "flipped spike ±a", "orth": "two orthogonal features"}
 
 
+def law_override(k: str, a: float) -> str:
+    """The task.latent override of law ``k`` at amplitude ``a``."""
+    return LAWS[k][0] % ((a,) if k == "spike" else (a, a))
+
+
 Law = Literal["spike", "orth"]
 Split = tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]
 
@@ -110,7 +115,7 @@ class _Laws:
     @classmethod
     def of(cls, p: Params) -> _Laws:
         a = p.a
-        over = {k: fmt % ((a,) if k == "spike" else (a, a)) for k, (fmt, _) in LAWS.items()}
+        over = {k: law_override(k, a) for k in LAWS}
         atoms = {k: f(a) for k, (_, f) in LAWS.items()}
         return cls(list(p.laws), over, atoms, {k: p.T[k] for k in p.laws})
 
@@ -171,9 +176,8 @@ def _split_map(ctx: Context, p: Params) -> dict[str, list]:
     lr = p.map_lr if p.map_lr is not None else float(ctx.config.get("train", {}).get("lr", 1.0))
     runs = {}
     for k in p.map_laws:
-        fmt = LAWS[k][0]
         for a in p.map_a:
-            law = fmt % ((a,) if k == "spike" else (a, a))
+            law = law_override(k, a)
             runs[(k, a)] = Run(f"map_{k}_a{a:g}", "splitmap",
                                (law, f"map.lr={lr}", f"map.n={p.map_n}"))  # fmt: skip
     done = ctx.runs(list(runs.values())) if runs else {}

@@ -274,11 +274,9 @@ class SimulateConfig(_RunConfig):
     def _check(self):
         F, H, L, D, B = self.task.latent.F, self.model.H, self.task.L, self.task.D, self.train.batch
         if isinstance(self.init, GivenStart):
-            check_given(self.init, H, F, "init")
+            w = check_given(self.init, H, F, "init")
             if self.train.engine == "reduced" and self.init.noise == 0:
-                M, Q = np.asarray(self.init.M), np.asarray(self.init.Q)
-                w = float(np.linalg.eigvalsh(Q - M @ M.T).min())
-                if w <= 1e-9 * max(1.0, float(np.abs(Q).max())):
+                if w <= 1e-9 * max(1.0, float(np.abs(np.asarray(self.init.Q)).max())):
                     raise ValueError(
                         "init: Q − MMᵀ is singular (identical heads, or keys inside the features' "
                         f"span; smallest eigenvalue {w:.3g}) and init.noise = 0: the reduced "

@@ -103,7 +103,7 @@ class GivenStart(GivenInit):
     )
 
 
-def check_given(init: GivenInit, H: int, F: int, where: str) -> None:
+def check_given(init: GivenInit, H: int, F: int, where: str) -> float:
     """A given state's shapes (model.H × F), Q's symmetry and Q − MMᵀ ⪰ 0 (keys exist)."""
     if len(init.M) != H or any(len(r) != F for r in init.M):
         raise ValueError(
@@ -123,3 +123,4 @@ def check_given(init: GivenInit, H: int, F: int, where: str) -> None:
             f"{where}: Q − MMᵀ is not positive semi-definite (smallest eigenvalue {w:.3g}), so "
             f"no keys have these overlaps; fix: give Q ⪰ MMᵀ (|k_h|² ≥ |M_h|²)"
         )
+    return w  # the smallest eigenvalue of Q − MMᵀ (≈ 0: identical heads, or keys in span(K*))
