@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import json
+import math
 import os
 import secrets
 import socket
@@ -92,6 +93,13 @@ def write_json_atomic(path: str | Path, data: dict) -> None:
             f.write("\n")
 
     write_atomic(path, write)
+
+
+def json_number(x) -> float | None:
+    """A number for plain JSON: a float, or None (JSON null) where it is NaN or infinite (which
+    JSON cannot hold)."""
+    x = float(x)
+    return x if math.isfinite(x) else None
 
 
 def write_text_atomic(path: str | Path, text: str) -> None:

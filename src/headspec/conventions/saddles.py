@@ -23,6 +23,7 @@ import numpy as np
 import xarray as xr
 
 from headspec.conventions import build
+from headspec.conventions.io import json_number
 from headspec.conventions.provenance import run_metadata
 from headspec.conventions.runs import config_model
 from headspec.core.precision import float64
@@ -148,9 +149,9 @@ def to_json(saddles: list[Saddle], sd: xr.Dataset) -> dict:
             "M": np.asarray(s.state.M).tolist(), "Q": np.asarray(s.state.Q).tolist(),
             "b": np.asarray(s.state.b).tolist(),
             "n_unstable": len(s.unstable), "n_zero": s.n_zero,
-            "escape_time": _finite(s.escape_time(D)),
+            "escape_time": json_number(s.escape_time(D)),
             "modes": [
-                {"eigenvalue": [m.eigenvalue.real, m.eigenvalue.imag], "se": _finite(m.se),
+                {"eigenvalue": [m.eigenvalue.real, m.eigenvalue.imag], "se": json_number(m.se),
                  "zero": m.zero, "common": m.common,
                  "feature_weights": np.asarray(m.feature_weights).tolist(),
                  "description": describe_mode(m, H, F)}
@@ -165,7 +166,3 @@ def to_json(saddles: list[Saddle], sd: xr.Dataset) -> dict:
         "metadata": run_metadata(),
         "saddles": rows,
     }
-
-
-def _finite(x: float) -> float | None:
-    return float(x) if np.isfinite(x) else None

@@ -156,10 +156,7 @@ def summary(points: list[SplitPoint], J: int) -> dict:
 
 def to_json(ds: xr.Dataset) -> dict:
     """The setting's table as plain JSON (one entry per split, the summary, the config)."""
-
-    def num(x):
-        x = float(x)
-        return None if not np.isfinite(x) else x
+    from headspec.conventions.io import json_number as num
 
     splits = []
     for k, name in enumerate(ds.split.values):

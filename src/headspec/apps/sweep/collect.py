@@ -175,15 +175,12 @@ def save_table(ds, folder: str | Path) -> Path | None:
     per grid point its swept values, status, the setting's summary and every split's kind, risk
     and leading rate ± s.e. (null where not a number). None for other sweeps (their dataset is
     the table)."""
+    from headspec.conventions.io import json_number as num
     from headspec.conventions.io import write_json_atomic
 
     if ds.attrs["sweep_kind"] != "splitmap":
         return None
     axes = json.loads(ds.attrs["axes"])
-
-    def num(x):
-        x = float(x)
-        return x if np.isfinite(x) else None
 
     points = []
     for index in np.ndindex(*[ds.sizes[a] for a in axes]):
