@@ -28,10 +28,15 @@ Run from the repository root (two halves in parallel on 2 cores, then the report
     nice -n 5 .venv/bin/python studies/split_map_confirm.py --bisect
     nice -n 5 .venv/bin/python studies/split_map_confirm.py --straddle 0 &
     nice -n 5 .venv/bin/python studies/split_map_confirm.py --straddle 1; wait
+    nice -n 5 .venv/bin/python studies/split_map_confirm.py --random 0 &
+    nice -n 5 .venv/bin/python studies/split_map_confirm.py --random 1; wait
     .venv/bin/python studies/split_map_confirm.py --report
 
 Inputs: the collected map ``studies/out/split_map_e6.nc`` (a copy of the sweep's sweep.nc).
-Outputs: ``studies/out/split_map_confirm_<k>.json`` per part, ``split_map_confirm.md``.
+``--random k``: 32 seeds from the natural random start at a = 1.5 (every uneven split a saddle)
+and a = 3 (3:1 a stable minimum): the split each seed first settles in and the split at T.
+Outputs: ``studies/out/split_map_confirm_<k>.json`` per part (``_straddle<k>`` at the
+boundary), ``split_map_random_<k>.json``, ``split_map_confirm.md``.
 """
 
 from __future__ import annotations
@@ -149,6 +154,63 @@ def straddle(k: int) -> None:
     print(json.dumps({k: v for k, v in row.items() if k not in ("t_left", "end_risk")}))
 
 
+# random starts (``--random k``): (a, T) — every uneven split a saddle at a = 1.5 (3:1 is left
+# at t ≈ 1300 from its fixed point), 3:1 a stable minimum at a = 3 (4:0 a saddle into 3:1)
+RANDOM = [(1.5, 2000.0), (3.0, 1000.0)]
+
+
+def first_split(names: list[str], persist: int = 3) -> str:
+    """The first split every head has decided (even or uneven) that lasts ``persist`` records."""
+    from headspec.dynamics.splits import is_even, is_uneven
+
+    for k in range(len(names) - persist + 1):
+        n = names[k]
+        if (is_even(n) or is_uneven(n)) and all(m == n for m in names[k : k + persist]):
+            return n
+    return "none"
+
+
+def random_starts(k: int) -> None:
+    """SGD from the natural random start at RANDOM[k]: the split each seed's heads first settle
+    in, and the split at T. The map predicts: where every uneven split is a saddle, every seed
+    ends even (first uneven → even); where 3:1 is a stable minimum, a seed that settles 3:1 stays
+    (and one that settles 4:0 moves to 3:1 where 4:0 is a saddle)."""
+    import xarray as xr
+
+    from headspec.conventions.config import SimulateConfig, SplitMapConfig
+    from headspec.conventions.runs import simulate
+    from headspec.conventions.splitmap import prepared_run
+    from headspec.dynamics.splits import head_labels, is_even, split_name
+
+    a, T = RANDOM[k]
+    ds = xr.load_dataset(MAP, engine="h5netcdf")
+    cell = ds.sel(scale=a, lr=ETA)
+    cfg = SplitMapConfig.model_validate_json(str(cell.config_json.values))
+    even = cell.sel(split="2:2")  # any valid state: the given start is replaced below
+    given = prepared_run(cfg, (even.M.values, even.Q.values, even.b.values), D, T, SEEDS,
+                         seed=7000 + k, points=80)  # fmt: skip
+    data = given.model_dump()
+    data.pop("init")  # the default: the natural random start
+    t0 = time.time()
+    sim = simulate(SimulateConfig.model_validate(data))
+    dirs = np.asarray(cfg.task.latent.build().atoms)
+    lab = head_labels(sim.M.values, sim.Q.values, dirs, min_cos=cfg.map.min_cos,
+                      margin=cfg.map.margin)  # fmt: skip
+    names = [[split_name(lab[s, j], J=len(dirs)) for j in range(sim.t.size)]
+             for s in range(len(lab))]  # fmt: skip
+    pairs = [(first_split(n), n[-1]) for n in names]
+    kinds = {str(s): str(v) for s, v in zip(cell.split.values, cell.kind.values, strict=True)}
+    first_uneven = [p for p in pairs if p[0] != "none" and not is_even(p[0])]
+    moved = sum(is_even(e) for _, e in first_uneven)
+    row = {"a": a, "eta": ETA, "D": D, "T": T, "seeds": len(pairs), "map_kinds": kinds,
+           "first_uneven": len(first_uneven), "uneven_to_even": moved,
+           "end_uneven": sum(not is_even(e) for _, e in pairs),
+           "transitions": {f"{f} → {e}": sum(p == (f, e) for p in pairs) for f, e in set(pairs)},
+           "wall_s": time.time() - t0}  # fmt: skip
+    (OUT / f"split_map_random_{k}.json").write_text(json.dumps(row, indent=1))
+    print(json.dumps(row))
+
+
 def verdict(row: dict) -> str:
     k, S, kind = row["left"], row["seeds"], row["map_kind"]
     if kind == "saddle":
@@ -186,6 +248,26 @@ def report() -> None:
             f"{r['rate_se']:.5f}) | {r['T']:.0f} | {frac} | {ends} | {med} | {verdict(r)} | "
             f"{r['wall_s']:.0f} s |"
         )
+    randoms = [json.loads(f.read_text()) for f in sorted(OUT.glob("split_map_random_*.json"))]
+    if randoms:
+        lines += [
+            "",
+            f"Random starts (the natural random start, {SEEDS} seeds, D = {D}, η = {ETA:g}): the "
+            "split each seed's heads first settle in (decided, lasting 3 records) and the split at "
+            "T, beside the map's kinds at that a.",
+            "",
+            "| a | map: 4:0, 3:1, 2:2 | T | first uneven | of those even at T | uneven at T | "
+            "transitions (first → at T) | wall |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in randoms:
+            kinds = ", ".join(r["map_kinds"].get(s, "–") for s in ("4:0", "3:1", "2:2"))
+            moves = "; ".join(f"{k} ×{v}" for k, v in sorted(r["transitions"].items()))
+            lines.append(
+                f"| {r['a']:g} | {kinds} | {r['T']:.0f} | {r['first_uneven']}/{r['seeds']} | "
+                f"{r['uneven_to_even']}/{r['first_uneven']} | {r['end_uneven']}/{r['seeds']} | "
+                f"{moves} | {r['wall_s']:.0f} s |"
+            )
     (OUT / "split_map_confirm.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -196,7 +278,11 @@ def main() -> None:
     ap.add_argument("--report", action="store_true", help="merge the parts into the table")
     ap.add_argument("--bisect", action="store_true", help="locate the 3:1 boundary in a")
     ap.add_argument("--straddle", type=int, choices=(0, 1), help="SGD at the boundary's ends")
+    ap.add_argument("--random", type=int, choices=range(len(RANDOM)), help="SGD from random starts")
     args = ap.parse_args()
+    if args.random is not None:
+        random_starts(args.random)
+        return
     if args.report:
         report()
         return
