@@ -586,3 +586,20 @@ def test_reproduce_on_a_scheduler_resumes_without_recomputing(client, tmp_path, 
     assert all(results.COMPUTE_SECONDS in results.load(data / f).attrs for f in first)
     assert {f: data.joinpath(f).stat().st_mtime_ns for f in first} == first  # nothing rewritten
     assert (out / "index.md").exists() and (data / "E1_c.nc").exists()
+
+
+def test_a_task_whose_workers_kept_dying_is_recorded_with_the_likely_cause_and_the_fix():
+    """Dask raises KilledWorker when every worker that ran a task died (a local worker past its
+    memory share is killed by its nanny): the manifest's error keeps Dask's words and adds the
+    fix (resume with fewer workers); other errors are kept as they are."""
+    from types import SimpleNamespace
+
+    from distributed.scheduler import KilledWorker
+
+    from headspec.apps.sweep.driver import _task_error
+
+    killed = KilledWorker("headspec-abc", SimpleNamespace(address="tcp://127.0.0.1:1"), 3)
+    text = _task_error(killed)
+    assert text.startswith("KilledWorker: Attempted to run task 'headspec-abc' on 4 different")
+    assert "memory" in text and "fix: re-run the same command with fewer workers" in text
+    assert _task_error(ValueError("bad")) == "ValueError: bad"
