@@ -602,4 +602,5 @@ def test_a_task_whose_workers_kept_dying_is_recorded_with_the_likely_cause_and_t
     text = _task_error(killed)
     assert text.startswith("KilledWorker: Attempted to run task 'headspec-abc' on 4 different")
     assert "memory" in text and "fix: re-run the same command with fewer workers" in text
+    assert "your own scheduler's workers more memory" in text  # --scheduler: no --workers
     assert _task_error(ValueError("bad")) == "ValueError: bad"

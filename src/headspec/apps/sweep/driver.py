@@ -295,8 +295,9 @@ def _task_error(e: Exception) -> str:
     text = f"{type(e).__name__}: {e}"
     if type(e).__name__ == "KilledWorker":
         text += (
-            " — most often the task needs more memory than one worker may use (the machine's "
-            "memory over the number of workers); fix: re-run the same command with fewer "
-            "workers (--workers 1) to resume only the failed points, or make the point smaller"
+            " — most often the task needs more memory than one worker may use (on the local "
+            "cluster: the machine's memory over the number of workers); fix: re-run the same "
+            "command with fewer workers (--workers 1; it resumes only the failed points), give "
+            "your own scheduler's workers more memory, or make the point smaller"
         )
     return text
