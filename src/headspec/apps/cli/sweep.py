@@ -236,10 +236,18 @@ def _print_report(plan, report) -> None:
         # the combined file just written, not the points collected again (a second pass over
         # every point file: 1.3 s of a 7 s command for two points)
         collected = results.load(report.dataset_path, kinds=("sweep",))
-        out.print(f"wrote {sw.save_figure(collected, plan.out)}")
-        table = sw.save_table(collected, plan.out)
-        if table is not None:
-            out.print(f"wrote {table}")
+        _write_views(collected, plan.out)
+
+
+def _write_views(ds, folder: Path) -> None:
+    """The collected sweep's figure, and for a map its JSON table, beside it (one place for
+    `sweep run` and `sweep collect`)."""
+    from headspec.apps import sweep as sw
+
+    out.print(f"wrote {sw.save_figure(ds, folder)}")
+    table = sw.save_table(ds, folder)
+    if table is not None:
+        out.print(f"wrote {table}")
 
 
 def _managed(folder: Path, with_results: bool = False) -> list[tuple[str, Path]]:
@@ -291,10 +299,7 @@ def sweep_collect(
     done, points = ds.attrs["points_finished"], plural(int(ds.attrs["points"]), "point")
     out.print(f"{done} of {points} finished; {dims}")
     out.print(f"wrote {path}")
-    out.print(f"wrote {sw.save_figure(ds, path.parent)}")
-    table = sw.save_table(ds, path.parent)
-    if table is not None:
-        out.print(f"wrote {table}")
+    _write_views(ds, path.parent)
 
 
 @sweep_app.command("status")
