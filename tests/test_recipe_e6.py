@@ -141,7 +141,7 @@ def test_e6_reports_its_simulations_against_the_map(tmp_path):
 
     ctx = Context("E6", load_spec("E6"), "quick", tmp_path, params=e6.Params)
     cells = _map_cells([1.5, 2.0, 2.5, 4.0])
-    e6._map_claim(ctx, "spike", cells, {"n_moved": 0, "n_uneven0": 5}, ctx.params)
+    e6.map_claim(ctx, "spike", cells, {"n_moved": 0, "n_uneven0": 5}, ctx.params)
     (c,) = ctx.outcome.claims
     assert c.id == "E6.spike.map" and c.value == 2 and c.verdict is True
     assert "rearrange (every uneven split a saddle) at a = 1.5, 2" in c.detail
@@ -149,9 +149,9 @@ def test_e6_reports_its_simulations_against_the_map(tmp_path):
     assert "At E6's a = 2.5" in c.detail and "3:1 (minimum)" in c.detail
     assert "0 of 5 seeds" in c.detail
     assert_reasoned(c)
-    e6._map_claim(ctx, "orth", _map_cells([2.5, 4.0]), None, ctx.params)
+    e6.map_claim(ctx, "orth", _map_cells([2.5, 4.0]), None, ctx.params)
     assert ctx.outcome.claims[-1].verdict is False  # stuck everywhere: the claim fails there
-    e6._map_figure(ctx, {"spike": cells, "orth": _map_cells([2.5, 3.0])})
+    e6.map_figure(ctx, {"spike": cells, "orth": _map_cells([2.5, 3.0])})
     (fig,) = ctx.outcome.figures
     assert fig.name == "E6_split_map.png" and fig.stat().st_size > 10_000
 

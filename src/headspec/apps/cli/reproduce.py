@@ -60,6 +60,15 @@ def reproduce(
             help="Size of the local Dask cluster (default: one per core; 1: in this process).",
         ),
     ] = None,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print each experiment's runs and their estimated compute time (CPU-hours, and "
+            "the wall time on the workers), then stop: nothing runs and nothing is written. Runs "
+            "already finished in --out are counted as reused.",
+        ),
+    ] = False,
 ):
     """Reproduce the paper's findings E1–E8 (SPEC §7, and E8) in a report (index.md, index.html).
 
@@ -88,6 +97,9 @@ def reproduce(
         if bad:
             fail(f"--only: unknown experiment {bad[0]!r}; fix: use some of "
                  f"{', '.join(RECIPES)}")  # fmt: skip
+    if dry_run:
+        _dry_run(scale, ids, out_dir, workers, scheduler)
+        return
     check_output_dir(out_dir, "--out")
     _check_report_folder(out_dir)
     tls = [("--tls-ca-file", tls_ca_file), ("--tls-cert", tls_cert), ("--tls-key", tls_key)]
@@ -137,6 +149,55 @@ def reproduce(
 
 
 REPORT_FILES = ("index.md", "index.html", "outcomes.json")
+
+
+def _dry_run(scale: str, ids, out_dir: Path, workers: int | None, scheduler: str | None) -> None:
+    """The table of `reproduce --dry-run`: per experiment its runs, those already finished in
+    ``out_dir/data`` (reused), and the estimated compute time of the rest."""
+    from headspec.apps.experiments import RECIPES, RecipeError, check
+    from headspec.apps.experiments.base import _reusable
+    from headspec.apps.experiments.plan import estimate
+    from headspec.apps.sweep.cluster import available_cores
+
+    try:
+        check(ids or list(RECIPES), scale)
+        est = estimate(ids, scale, outdir=out_dir)
+    except RecipeError as e:
+        fail(str(e))
+    n = workers or (None if scheduler else available_cores())
+    table = Table(title=f"estimated compute ({scale} scale; runs only, one core each)")
+    for col in ("exp.", "runs", "reused", "CPU-hours", "largest run"):
+        table.add_column(col, justify="left" if col in ("exp.", "largest run") else "right")
+    total = 0.0
+    for exp_id, runs in est.items():
+        todo = [r for r in runs if _reusable(out_dir / "data" / f"{exp_id}_{r.name}.nc",
+                                             r.config) is None]  # fmt: skip
+        cpu = sum(r.seconds for r in todo)
+        total += cpu
+        big = max(todo, key=lambda r: r.seconds, default=None)
+        table.add_row(exp_id, str(len(runs)), str(len(runs) - len(todo)), f"{cpu / 3600:.2f}",
+                      f"{big.name} ({_duration(big.seconds)})" if big else "—")  # fmt: skip
+    table.add_row("all", "", "", f"{total / 3600:.2f}", "")
+    out.print(table)
+    where = (
+        f"on {plural(n, 'worker')}: at least {_duration(total / n)} of wall time"
+        if n
+        else "on the scheduler's workers: the CPU time over their number, at least"
+    )
+    out.print(f"{_duration(total)} of compute in all; {where}. Estimates from "
+              "headspec.conventions.cost (within ~2× per experiment on this project's "
+              "reference machine; docs/speed.md).")  # fmt: skip
+
+
+def _duration(s: float) -> str:
+    """``42 s``, ``12 min``, ``3.4 h``, ``2.1 days``."""
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 5400:
+        return f"{s / 60:.0f} min"
+    if s < 172800:
+        return f"{s / 3600:.1f} h"
+    return f"{s / 86400:.1f} days"
 
 
 def _check_report_folder(out_dir: Path) -> None:

@@ -79,7 +79,7 @@ class Context:
     in parallel (None: in this process, one after the other); ``log``: called with a line of
     text per finished or reused run; ``stop``: an event set when the reproduction is
     interrupted — the recipe then stops (:class:`Stopped`) at its next run or finished run, and
-    logs nothing more."""
+    logs nothing more; ``dry``: the context only plans (:meth:`planned`) and writes nothing."""
 
     def __init__(
         self,
@@ -92,6 +92,7 @@ class Context:
         stop: threading.Event | None = None,
         params: type[RecipeParams] = RecipeParams,
         file: str = "recipe",
+        dry: bool = False,
     ):
         self.id = exp_id
         self.scale, self.outdir, self.client, self.log = scale, Path(outdir), client, log
@@ -101,8 +102,9 @@ class Context:
         self.config, self.spec = config, spec
         self.figdir = outdir / "figures"
         self.datadir = outdir / "data"
-        self.figdir.mkdir(parents=True, exist_ok=True)
-        self.datadir.mkdir(parents=True, exist_ok=True)
+        if not dry:  # a dry context only plans (its runs' configs): nothing is written
+            self.figdir.mkdir(parents=True, exist_ok=True)
+            self.datadir.mkdir(parents=True, exist_ok=True)
         self.outcome = Outcome(exp_id, self.params.title or exp_id)
         self._stage = 0  # batches sent to the cluster so far (their priority there)
 
@@ -221,6 +223,14 @@ class Context:
         own = tuple(o for o in sim.overrides if not o.startswith("diffusion."))
         extra = {k: v for k, v in (sim.extra or {}).items() if k != "diffusion"}
         return Run(f"{sim.name}_ode", "theory", (*own, init, *overrides), extra or None)
+
+    def paired_plan(self, batch: list[Run], theory_overrides: tuple[str, ...] = ()) -> list[Run]:
+        """The runs of :meth:`paired`: the simulations, then the ODE beside each."""
+        return [*batch, *(self.theory_of(r, *theory_overrides) for r in batch)]
+
+    def planned(self, batch: list[Run]) -> list[tuple[Run, Any]]:
+        """Each run of ``batch`` with its resolved config, as :meth:`runs` would run it."""
+        return [(r, self.cfg(MODELS[r.kind], r.name, *r.overrides, extra=r.extra)) for r in batch]
 
     def paired(self, batch: list[Run], theory_overrides: tuple[str, ...] = ()) -> dict:
         """Simulations and, beside each, the ODE from each of its seeds' exact initial state.

@@ -38,13 +38,22 @@ class Params(RecipeParams):
     ode_T: Positive | None = Field(None, description="the ODE's horizon (None: the run's T)")
 
 
-@recipe("E1", "e1_two_phases.toml", Params)
+def _runs(ctx: Context) -> tuple[list[Run], tuple[str, ...]]:
+    """The simulation, and the overrides of the ODE beside it (its horizon: up to the escapes)."""
+    p = ctx.params
+    T_ode = ctx.config["train"]["T"] if p.ode_T is None else p.ode_T
+    return [Run("simulation", "simulate", (f"seeds={p.seeds}",))], (f"train.T={T_ode}",)
+
+
+def plan(ctx: Context) -> list[Run]:
+    return ctx.paired_plan(*_runs(ctx))
+
+
+@recipe("E1", "e1_two_phases.toml", Params, plan=plan)
 def run(ctx: Context):
     """Common phase, staggered specialisation, risk plateaus at the saddles' risks, ODE vs sim."""
     p = ctx.params
-    T_ode = ctx.config["train"]["T"] if p.ode_T is None else p.ode_T  # up to the escapes only
-    sim_run = Run("simulation", "simulate", (f"seeds={p.seeds}",))
-    sim, ode, dev_all = ctx.paired([sim_run], (f"train.T={T_ode}",))["simulation"]
+    sim, ode, dev_all = ctx.paired(*_runs(ctx))["simulation"]
     t = sim.t.values
     D = int(results.config_of(sim)["task"]["D"])
     T = float(t[-1])

@@ -39,11 +39,19 @@ class Params(RecipeParams):
     consistency_k: Positive = Field(description="|slope − 1/(2λ)| ≤ this × combined s.e.")
 
 
-@recipe("E2", "e2_order.toml", Params)
+def _order_run(p) -> list[Run]:
+    return [Run("order", "simulate", (f"seeds={p.seeds}",))]
+
+
+def plan(ctx: Context) -> list[Run]:
+    return [*ctx.paired_plan(_order_run(ctx.params)), *_logd_plan(ctx)]
+
+
+@recipe("E2", "e2_order.toml", Params, plan=plan)
 def run(ctx: Context):
     """Order of feature pick-up (simulation and ODE) and the log-D law of specialisation."""
     p = ctx.params
-    sim, ode, dev = ctx.paired([Run("order", "simulate", (f"seeds={p.seeds}",))])["order"]
+    sim, ode, dev = ctx.paired(_order_run(p))["order"]
     var = np.diag(np.asarray(law_of(sim).cov(), float))  # Var θ_f (law given by var or cov)
     order = np.argsort(-var)
     picks_sim, picks_ode = _pickups(sim, p.pickup_cos), _pickups(ode, p.pickup_cos)
@@ -110,22 +118,27 @@ def _order_claim(ctx, sim, var, order, picks_sim, picks_ode, dev) -> None:
 
 
 # ------------------------------------------------------------------------------- log D
+def _logd_plan(ctx: Context) -> list[Run]:
+    """One simulation per D of ``dims``."""
+    p = ctx.params
+    T = float(p.logd_T)
+    return [
+        Run(f"logD_{int(D)}", "simulate",
+            (f"task.D={int(D)}", f"seeds={p.logd_seeds}", f"train.T={T}",
+             "record.grid='linear'", f"record.points={round(T / p.logd_dt)}",
+             "record.n_mc=64"),
+            extra=ctx.spec.get("logd", {}))
+        for D in p.dims
+    ]  # fmt: skip
+
+
 def _logd_runs(ctx: Context):
     """One simulation per D (all in one :meth:`Context.runs` call) → dims, per-D times (+inf:
     censored at T), T and the largest D's result (whose common phase gives the saddle)."""
     p = ctx.params
-    logd = ctx.spec.get("logd", {})
     dims = [int(d) for d in p.dims]
     T = float(p.logd_T)
-    runs = [
-        Run(f"logD_{D}", "simulate",
-            (f"task.D={D}", f"seeds={p.logd_seeds}", f"train.T={T}",
-             "record.grid='linear'", f"record.points={round(T / p.logd_dt)}",
-             "record.n_mc=64"),
-            extra=logd)
-        for D in dims
-    ]  # fmt: skip
-    out = ctx.runs(runs)
+    out = ctx.runs(_logd_plan(ctx))
     times = []
     for D in dims:
         ds = out[f"logD_{D}"]

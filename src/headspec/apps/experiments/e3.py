@@ -59,23 +59,32 @@ class Params(AnnealParams):
     laws: list[dict] = Field(min_length=1, description="latent laws (task.latent tables)")
 
 
-@recipe("E3", "e3_activations.toml", Params)
+def _batches(p: Params) -> dict[str, list[Run]]:
+    """Law kind → its simulations: each activation at constant η, Bayes-softmax annealed."""
+    batches = {}
+    for law in p.laws:
+        kind, extra = law["kind"], {"task": {"latent": law}}
+        batches[kind] = [
+            Run(f"{kind}_{a}", "simulate", (f"seeds={p.seeds}", f'model.activation="{a}"'), extra)
+            for a in p.activations
+        ]
+        bs = 'model.activation="bayes_softmax"'
+        batches[kind].append(anneal_run(f"{kind}_bayes_softmax_anneal", p, bs, extra=extra))
+    return batches
+
+
+def plan(ctx: Context) -> list[Run]:
+    return ctx.paired_plan([r for b in _batches(ctx.params).values() for r in b])
+
+
+@recipe("E3", "e3_activations.toml", Params, plan=plan)
 def run(ctx: Context):
     """Final risks of the three activations against R_B (simulation beside the ODE), on each
     latent law of the recipe; Bayes-softmax also with an annealed η."""
     from matplotlib.figure import Figure
 
     p = ctx.params
-    acts = list(p.activations)
-    batches = {}
-    for law in p.laws:
-        kind, extra = law["kind"], {"task": {"latent": law}}
-        batches[kind] = [
-            Run(f"{kind}_{a}", "simulate", (f"seeds={p.seeds}", f'model.activation="{a}"'), extra)
-            for a in acts
-        ]
-        bs = 'model.activation="bayes_softmax"'
-        batches[kind].append(anneal_run(f"{kind}_bayes_softmax_anneal", p, bs, extra=extra))
+    batches = _batches(p)
     # every law's runs in one call: all simulations at once, then all ODEs (fewer waits)
     every = ctx.paired([r for b in batches.values() for r in b])
     fig = Figure(figsize=(6.2 * len(p.laws), 4.4), layout="constrained")

@@ -42,17 +42,30 @@ class Params(AnnealParams):
     pm_cos: Cosine = Field(description="± directions: matched cosine at least this")
 
 
-@recipe("E4", "e4_bayes_softmax.toml", Params)
+def _runs(ctx: Context) -> tuple[list[Run], Run]:
+    """The simulations at constant and annealed η, and the ODE of the constant one at the
+    contrast η (from the same initial states)."""
+    p = ctx.params
+    const = Run("const", "simulate", (f"seeds={p.seeds}",))
+    c2 = ctx.theory_of(const, f"train.lr={p.contrast_lr}")
+    return [const, anneal_run("anneal", p)], Run("const_lr2_ode", "theory", c2.overrides, c2.extra)
+
+
+def plan(ctx: Context) -> list[Run]:
+    sims, ode_lr2 = _runs(ctx)
+    return [*ctx.paired_plan(sims), ode_lr2]
+
+
+@recipe("E4", "e4_bayes_softmax.toml", Params, plan=plan)
 def run(ctx: Context):
     """Constructed Bayes-softmax vs the posterior; trained Bayes-softmax (annealed and constant η,
     simulation beside the ODE) vs R_B; ± directions of the trained heads."""
     p = ctx.params
     law = _constructed(ctx)
     D, lr = int(ctx.config["task"]["D"]), float(ctx.config["train"]["lr"])
-    const = Run("const", "simulate", (f"seeds={p.seeds}",))
-    pairs = ctx.paired([const, anneal_run("anneal", p)])
-    c2 = ctx.theory_of(const, f"train.lr={p.contrast_lr}")
-    ode_lr2 = ctx.runs([Run("const_lr2_ode", "theory", c2.overrides, c2.extra)])["const_lr2_ode"]
+    sims, lr2_run = _runs(ctx)
+    pairs = ctx.paired(sims)
+    ode_lr2 = ctx.runs([lr2_run])["const_lr2_ode"]
     n = p.excess_samples
     ex = {k: {"sim": final_excess(v[0], n), "ode": final_excess(v[1], n)} for k, v in pairs.items()}
     reach_annealed(ctx, "E4", "", p, pairs["anneal"], ex["anneal"], ex["const"], D, lr)

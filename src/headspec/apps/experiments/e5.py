@@ -111,16 +111,23 @@ class Params(RecipeParams):
     seeds: Count = Field(description="seeds per run")
 
 
-@recipe("E5", "e5_pruning.toml", Params)
+def _sims(p: Params) -> list[Run]:
+    return [Run(a, "simulate", (f"seeds={p.seeds}", f'model.activation="{a}"'))
+            for a in p.activations]  # fmt: skip
+
+
+def plan(ctx: Context) -> list[Run]:
+    return ctx.paired_plan(_sims(ctx.params))
+
+
+@recipe("E5", "e5_pruning.toml", Params, plan=plan)
 def run(ctx: Context):
     """Greedy and random pruning paths of every trained seed (simulation and ODE) per activation."""
     from matplotlib.figure import Figure
 
     p = ctx.params
     acts = list(p.activations)
-    pairs = ctx.paired(
-        [Run(a, "simulate", (f"seeds={p.seeds}", f'model.activation="{a}"')) for a in acts]
-    )
+    pairs = ctx.paired(_sims(p))
     scale = _Scale(pairs[acts[0]][0], p.n)
     fig = Figure(figsize=(5.0 * len(acts), 4.2), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(acts), sharey=True))

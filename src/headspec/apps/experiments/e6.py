@@ -41,24 +41,18 @@ from headspec.apps.experiments.base import Context, Run, _fmt, _mean_se
 from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.apps.experiments.params import Cosine, Count, Positive, RecipeParams
 from headspec.apps.experiments.registry import recipe
+from headspec.apps.experiments.split_map import (
+    LAW_NAMES,
+    LAWS,
+    law_override,
+    map_claim,
+    map_figure,
+    map_runs,
+    split_map,
+)
 from headspec.conventions.runs import config_model
 from headspec.dynamics import analysis
 from headspec.dynamics.splits import UNDECIDED, counts, head_labels, is_even, is_uneven, split_name
-
-LAWS = {
-    "spike": ('task.latent={kind="flipped_spike", a=[%s]}', lambda a: np.array([[a], [-a]])),
-    "orth": (
-        'task.latent={kind="discrete", atoms=[[%s, 0.0], [0.0, %s]], probs=[0.5, 0.5]}',
-        lambda a: np.array([[a, 0.0], [0.0, a]]),
-    ),
-}
-LAW_NAMES = {"spike": "flipped spike ±a", "orth": "two orthogonal features"}
-
-
-def law_override(k: str, a: float) -> str:
-    """The task.latent override of law ``k`` at amplitude ``a``."""
-    return LAWS[k][0] % ((a,) if k == "spike" else (a, a))
-
 
 Law = Literal["spike", "orth"]
 Split = tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]
@@ -120,27 +114,43 @@ class _Laws:
         return cls(list(p.laws), over, atoms, {k: p.T[k] for k in p.laws})
 
 
-@recipe("E6", "e6_rearrangement.toml", Params)
+def _sims(p: Params, L: _Laws) -> tuple[list[Run], tuple[str, ...]]:
+    """Softmax simulations from the natural start, and the overrides of the ODE beside them
+    (from the first ``ode_seeds`` seeds' initial states)."""
+    sims = [Run(f"softmax_{k}", "simulate", (L.over[k], f"seeds={p.seeds}", f"train.T={L.T[k]}"))
+            for k in L.names]  # fmt: skip
+    return sims, () if p.ode_seeds is None else (f"theory.init.seeds={list(range(p.ode_seeds))}",)
+
+
+def _contrasts(p: Params, L: _Laws) -> list[Run]:
+    """Contrasts: ODE only, perturbed random start at the same D (head_cyclic false in quick: 4×
+    cheaper, the drift samples' O(1/√n) asymmetry then joins the O(1/√D) start's)."""
+    cyc = p.contrast_head_cyclic
+    cyc = f'"{cyc}"' if isinstance(cyc, str) else str(cyc).lower()
+    return [Run(f"{act}_{k}_ode", "theory", (L.over[k], f"seeds={p.contrast_seeds}",
+                                             f"train.T={L.T[k]}", f'model.activation="{act}"',
+                                             f"theory.head_cyclic={cyc}"))
+            for act in p.contrasts for k in L.names if p.contrast_seeds]  # fmt: skip
+
+
+def plan(ctx: Context) -> list[Run]:
+    p = ctx.params
+    L = _Laws.of(p)
+    prepared = {
+        **_prepared(p, L, p.contrasts, p.contrast_prepared),
+        **_prepared(p, L, [None], p.prepared),
+    }
+    return [*ctx.paired_plan(*_sims(p, L)), *_contrasts(p, L),
+            *(v[3] for v in prepared.values()), *map_runs(ctx, p).values()]  # fmt: skip
+
+
+@recipe("E6", "e6_rearrangement.toml", Params, plan=plan)
 def run(ctx: Context):
     """Splits of H heads between two directions after specialisation and at the end."""
     p = ctx.params
     L = _Laws.of(p)
-    # ---- softmax: simulations from the natural start, ODE from each seed's initial state
-    sims = [Run(f"softmax_{k}", "simulate", (L.over[k], f"seeds={p.seeds}", f"train.T={L.T[k]}"))
-            for k in L.names]  # fmt: skip
-    # the ODE beside the first ode_seeds simulation seeds
-    pick = () if p.ode_seeds is None else (f"theory.init.seeds={list(range(p.ode_seeds))}",)
-    paired = ctx.paired(sims, theory_overrides=pick)
-    # ---- contrasts: ODE only, perturbed random start at the same D (head_cyclic false in
-    # quick: 4× cheaper, the drift samples' O(1/√n) asymmetry then joins the O(1/√D) start's)
-    cyc = p.contrast_head_cyclic
-    cyc = f'"{cyc}"' if isinstance(cyc, str) else str(cyc).lower()
-    contrasts = [Run(f"{act}_{k}_ode", "theory", (L.over[k], f"seeds={p.contrast_seeds}",
-                                                    f"train.T={L.T[k]}",
-                                                    f'model.activation="{act}"',
-                                                    f"theory.head_cyclic={cyc}"))
-                 for act in p.contrasts for k in L.names if p.contrast_seeds]  # fmt: skip
-    cons = ctx.runs(contrasts)
+    paired = ctx.paired(*_sims(p, L))
+    cons = ctx.runs(_contrasts(p, L))
     # contrasts from the prepared uneven starts (ODE, one run each: cheap)
     con_prep = _prepared(p, L, p.contrasts, p.contrast_prepared)
     con_prep_ds = ctx.runs([v[3] for v in con_prep.values()])
@@ -163,91 +173,11 @@ def run(ctx: Context):
         dev = paired[f"softmax_{k}"][2]
         _claims(ctx, k, res, lab0[k], prep_here, cl, dev, L.T[k])
     _figures(ctx, paired, preps, prep_meta, L.atoms, L.names, p)
-    cells = _split_map(ctx, p)
+    cells = split_map(ctx, p)
     for k in p.map_laws:
-        _map_claim(ctx, k, cells[k], res.get((k, "sim")), p)
+        map_claim(ctx, k, cells[k], res.get((k, "sim")), p)
     if cells:
-        _map_figure(ctx, cells)
-
-
-def _split_map(ctx: Context, p: Params) -> dict[str, list]:
-    """The map of uneven splits along a for each law of ``map_laws``: law → [(a, setting)], one
-    "splitmap" run per (law, a) (reused like every run)."""
-    lr = p.map_lr if p.map_lr is not None else float(ctx.config.get("train", {}).get("lr", 1.0))
-    runs = {}
-    for k in p.map_laws:
-        for a in p.map_a:
-            law = law_override(k, a)
-            runs[(k, a)] = Run(f"map_{k}_a{a:g}", "splitmap",
-                               (law, f"map.lr={lr}", f"map.n={p.map_n}"))  # fmt: skip
-    done = ctx.runs(list(runs.values())) if runs else {}
-    out: dict[str, list] = {k: [] for k in p.map_laws}
-    for (k, a), r in runs.items():
-        out[k].append((a, done[r.name]))
-    return out
-
-
-def _map_claim(ctx: Context, k: str, cells: list, sim: dict | None, p: Params) -> None:
-    """Law ``k``'s verdict on the paper's claim against the map: at which a every uneven split is
-    a saddle (misplaced heads can leave it), at which one is a stable minimum (they stay), and
-    what E6's own simulations did at its a."""
-    by_kind: dict[str, list[float]] = {}
-    words = []
-    for a, ds in cells:
-        kind, split = str(ds.uneven_kind.values), str(ds.uneven_split.values)
-        by_kind.setdefault(kind, []).append(a)
-        rate = (f" {float(ds.uneven_rate):+.4f} ± {float(ds.uneven_rate_se):.4f}"
-                if kind != "none" else "")  # fmt: skip
-        words.append(f"a = {a:g}: {split or '–'} {kind}{rate}")
-    eta = float(cells[0][1].eta) if cells else float("nan")
-
-    def at(kind):
-        return ", ".join(f"{a:g}" for a in by_kind.get(kind, [])) or "none"
-
-    here = next((ds for a, ds in cells if a == p.a), None)
-    seen = ""
-    if here is not None and sim is not None:
-        seen = (f" At E6's a = {p.a:g} the map's most stable uneven split is "
-                f"{here.uneven_split.values} ({here.uneven_kind.values}); E6's simulations: "
-                f"{sim['n_moved']} of {sim['n_uneven0']} seeds with an uneven first split "
-                "ended even.")  # fmt: skip
-    ctx.claim(Claim(
-        f"E6.{k}.map",
-        f"softmax, {LAW_NAMES[k]}: misplaced heads can rearrange — where every uneven split is "
-        "a saddle (the map of uneven splits)",
-        f"amplitudes a of the map (η = {eta:g}) at which every uneven split that is a fixed "
-        "point of the ODE is a saddle (none a stable minimum or marginal)",
-        len(by_kind.get("saddle", [])), 0.0,
-        Tolerance("at_least", 1, why="the claim holds somewhere in the model when, at some a, "
-                  "no uneven split is a stable or marginal fixed point (Re λ of every non-zero "
-                  "Jacobian mode against 3 s.e.): from each, some mode leads away. Where one is "
-                  "a stable minimum, heads placed there stay (the claim fails there)"),
-        unit=f"of {len(cells)} amplitudes",
-        detail=f"rearrange (every uneven split a saddle) at a = {at('saddle')}; stuck (an "
-        f"uneven split a stable minimum) at a = {at('minimum')}; marginal at a = "
-        f"{at('marginal')}; no uneven fixed point at a = {at('none')}. "
-        + "; ".join(words) + "." + seen,
-    ))  # fmt: skip
-
-
-def _map_figure(ctx: Context, cells: dict[str, list]) -> None:
-    """The map along a (one row per law) as the sweep's figure draws it."""
-    import json
-
-    import xarray as xr
-
-    from headspec.apps.plots import plot_split_map
-
-    laws = [k for k in cells if cells[k]]
-    per_law = [xr.concat([ds.drop_attrs().expand_dims(a=[a]) for a, ds in cells[k]], dim="a",
-                         join="outer", fill_value={"kind": "", "mode": ""})
-               for k in laws]  # fmt: skip
-    ds = xr.concat(per_law, dim=xr.DataArray([LAW_NAMES[k] for k in laws], dims="law"),
-                   join="outer")  # fmt: skip
-    ds["a"].attrs["config_key"] = "a"
-    ds["law"].attrs["config_key"] = "law"
-    ds.attrs["axes"] = json.dumps(["a", "law"])
-    ctx.figure(plot_split_map(ds), "split_map")
+        map_figure(ctx, cells)
 
 
 def _prepared(p: Params, L: _Laws, acts: list, splits: list) -> dict:

@@ -117,14 +117,13 @@ class Params(RecipeParams):
     ode_cos: Positive = Field(description="ODE vs simulation: final cosines within this")
 
 
-@recipe("E7", "e7_representation.toml", Params)
-def run(ctx: Context):
-    """Sim + ODE per (F, H, activation); final shapes, verdicts, figures, per-seed table."""
+def _runs(ctx: Context) -> tuple[list[Run], dict, tuple[str, ...]]:
+    """The simulations (one per F, H, activation), their (F, H, activation), and the overrides
+    of the ODE beside them (the first ``ode_seeds`` seeds)."""
     p = ctx.params
     S, n_ode = int(p.seeds), int(p.seeds if p.ode_seeds is None else p.ode_seeds)
-    settings = [tuple(x) for x in p.settings]
     batch, meta = [], {}
-    for F, H in settings:
+    for F, H in [tuple(x) for x in p.settings]:
         for act in p.activations:
             name = f"F{F}_H{H}_{act}"
             ov = (f"seeds={S}", f"model.H={H}", f'model.activation="{act}"')
@@ -133,7 +132,20 @@ def run(ctx: Context):
             meta[name] = (F, H, act)
     seed0 = int(ctx.config.get("seed", 0))
     ids = ",".join(str(i) for i in range(seed0, seed0 + n_ode))
-    th_ov = (f"theory.init.seeds=[{ids}]",) if n_ode < S else ()
+    return batch, meta, (f"theory.init.seeds=[{ids}]",) if n_ode < S else ()
+
+
+def plan(ctx: Context) -> list[Run]:
+    batch, _, th_ov = _runs(ctx)
+    return ctx.paired_plan(batch, th_ov)
+
+
+@recipe("E7", "e7_representation.toml", Params, plan=plan)
+def run(ctx: Context):
+    """Sim + ODE per (F, H, activation); final shapes, verdicts, figures, per-seed table."""
+    p = ctx.params
+    S = int(p.seeds)
+    batch, meta, th_ov = _runs(ctx)
     res = ctx.paired(batch, theory_overrides=th_ov)
 
     shapes, rows = {}, []
@@ -164,7 +176,7 @@ def run(ctx: Context):
     )  # fmt: skip
     _claims(ctx, shapes, meta, p, S)
     _formation(ctx, res, meta, p)
-    _figures(ctx, res, shapes, meta, settings, p)
+    _figures(ctx, res, shapes, meta, [tuple(x) for x in p.settings], p)
 
 
 def _claims(ctx: Context, shapes: dict, meta: dict, p, S: int):

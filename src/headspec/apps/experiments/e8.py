@@ -40,17 +40,24 @@ def floor(L: int) -> float:
     return L / (8 * (L - 1))
 
 
-@recipe("E8", "e8_signal.toml", Params)
+def _sims(p: Params) -> list[Run]:
+    return [Run(f"a{a:g}_{act}", "simulate", (f"seeds={p.seeds}", f'model.activation="{act}"'),
+                {"task": {"latent": {"kind": "flipped_spike", "a": [a]}}})
+            for a in p.amplitudes for act in ACTS]  # fmt: skip
+
+
+def plan(ctx: Context) -> list[Run]:
+    return ctx.paired_plan(_sims(ctx.params))
+
+
+@recipe("E8", "e8_signal.toml", Params, plan=plan)
 def run(ctx: Context):
     """Final risks of softmax and softmax-1 over a (simulation beside the ODE), R_B, the floor."""
     p = ctx.params
     if list(p.amplitudes) != sorted(set(p.amplitudes)):
         raise ValueError(f"E8 amplitudes must rise strictly, got {list(p.amplitudes)}")
     L = int(ctx.config["task"]["L"])
-    runs = [Run(f"a{a:g}_{act}", "simulate", (f"seeds={p.seeds}", f'model.activation="{act}"'),
-                {"task": {"latent": {"kind": "flipped_spike", "a": [a]}}})
-            for a in p.amplitudes for act in ACTS]  # fmt: skip
-    pairs = ctx.paired(runs)
+    pairs = ctx.paired(_sims(p))
     # R[a][kind][act]: final risk (mean, se, per-sample seed-mean losses); R[a]["bayes"]: R_B
     R = {a: final_risks({(k, act): pairs[f"a{a:g}_{act}"][i] for i, k in enumerate(KINDS)
                          for act in ACTS}, p.risk_samples)

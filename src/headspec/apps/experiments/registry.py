@@ -3,8 +3,12 @@
 A recipe module (``e1.py`` … in this package) registers its ``run(ctx)`` with the decorator
 :func:`recipe`, naming its id, its TOML (in ``recipes/``) and its parameter model::
 
-    @recipe("E8", "e8_signal.toml", Params)
+    @recipe("E8", "e8_signal.toml", Params, plan=runs)
     def run(ctx: Context): ...
+
+``plan(ctx)`` lists every run the recipe will ask :meth:`Context.runs` for, from its parameters
+alone (``headspec reproduce --dry-run`` prices them before anything runs; a test checks that the
+smoke reproduction ran exactly the planned runs, with the planned configs).
 
 The package imports every module named ``e<number>`` (:func:`load_all`), so adding a recipe is one
 module and one TOML: the runner, ``reproduce --only`` and the tests read :data:`RECIPES`, ordered
@@ -23,7 +27,7 @@ from typing import TYPE_CHECKING
 from headspec.apps.experiments.params import RecipeParams
 
 if TYPE_CHECKING:
-    from headspec.apps.experiments.base import Context
+    from headspec.apps.experiments.base import Context, Run
 
 _MODULE = re.compile(r"e\d+")
 
@@ -31,12 +35,14 @@ _MODULE = re.compile(r"e\d+")
 @dataclasses.dataclass(frozen=True)
 class Recipe:
     """A registered recipe: ``id`` ("E1"), ``file`` (its TOML in ``recipes/``), ``run`` (the
-    function of a :class:`~headspec.apps.experiments.base.Context`) and ``params`` (its model)."""
+    function of a :class:`~headspec.apps.experiments.base.Context`), ``params`` (its model) and
+    ``plan`` (the runs it asks for, without running them)."""
 
     id: str
     file: str
     run: Callable[[Context], None]
     params: type[RecipeParams] = RecipeParams
+    plan: Callable[[Context], list[Run]] | None = None
 
 
 RECIPES: dict[str, Recipe] = {}
@@ -47,8 +53,14 @@ def _number(exp_id: str) -> tuple[int, str]:
     return (int(m.group(1)) if m else 10**9, exp_id)
 
 
-def recipe(exp_id: str, file: str, params: type[RecipeParams] = RecipeParams):
-    """Register the decorated ``run(ctx)`` as recipe ``exp_id`` with TOML ``file``."""
+def recipe(
+    exp_id: str,
+    file: str,
+    params: type[RecipeParams] = RecipeParams,
+    plan: Callable[[Context], list[Run]] | None = None,
+):
+    """Register the decorated ``run(ctx)`` as recipe ``exp_id`` with TOML ``file`` (and ``plan``,
+    the runs it asks for)."""
 
     def register(run: Callable[[Context], None]):
         old = RECIPES.get(exp_id)
@@ -57,7 +69,7 @@ def recipe(exp_id: str, file: str, params: type[RecipeParams] = RecipeParams):
             run.__qualname__,
         ):  # fmt: skip  (a module reloaded registers the same function again)
             raise ValueError(f"recipe {exp_id} is registered twice ({old.run.__module__})")
-        RECIPES[exp_id] = Recipe(exp_id, file, run, params)
+        RECIPES[exp_id] = Recipe(exp_id, file, run, params, plan)
         for k in sorted(RECIPES, key=_number):  # keep the table in the order of the numbers
             RECIPES[k] = RECIPES.pop(k)
         return run

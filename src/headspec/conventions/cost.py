@@ -1,0 +1,85 @@
+"""The compute time of a run, estimated from its validated config before it runs.
+
+A run's time is modelled as a sum of work terms, each a count the run's config fixes (SGD steps
+times the tokens and heads they touch, the risk's Monte-Carlo samples at each recorded point, the
+ODE's drift samples times its horizon, …) times a cost per unit of that term. :func:`terms` counts
+the work; :data:`PER_UNIT` holds the seconds per unit on one core of this project's reference
+machine, fitted to measured runs (``benchmarks/bench_cost.py`` fits them again from any
+reproduction's ``data/`` folder and prints each run's estimate beside its measured time). The
+model is meant to be right within about 2× per recipe — enough to say whether a reproduction takes
+minutes, hours or CPU-days before it starts — not per run (compile time, the ODE's adaptive
+steps and a machine's speed of the day move single runs more than that).
+
+Example:
+    >>> from headspec.conventions.config import SimulateConfig, load_config
+    >>> small = load_config(SimulateConfig, overrides=["task.D=1000", "train.T=10", "seeds=2"])
+    >>> big = load_config(SimulateConfig, overrides=["task.D=10000", "train.T=10", "seeds=2"])
+    >>> terms("simulate", big)["sgd_step"] / terms("simulate", small)["sgd_step"]
+    10.0
+    >>> seconds("simulate", big) > seconds("simulate", small)
+    True
+"""
+
+from __future__ import annotations
+
+from headspec.conventions.budget import _law_sizes, _sobol_n, _theory_samples
+
+__all__ = ["PER_UNIT", "seconds", "terms"]
+
+#: Seconds per unit of each work term on one core (fitted by ``benchmarks/bench_cost.py``; the
+#: date, machine and runs of the fit are in docs/speed.md).
+PER_UNIT: dict[str, float] = {
+    "run": 5.0,  # a run's fixed cost: tracing and compiling its programs, writing its file
+    "sgd_step": 1.7e-6,  # one SGD step of one seed (reduced engine: independent of D)
+    "sgd_launch": 3.0e-6,  # one SGD step of all seeds at once (vmapped: launching its operations)
+    "full_token": 2.0e-9,  # full engine: per token × dimension × (heads + features) × batch
+    "diffusion": 2.0e-9,  # diffusion engine: per step × drift sample × token × (heads + features)
+    "risk": 2.0e-8,  # the recorded risk: per point × Monte-Carlo sample × token × (heads + feat.)
+    "ode": 2.0e-8,  # the ODE (sampled drift): per unit t × drift sample × token × (heads + feat.)
+    "ode_exact": 2.0e-5,  # the exact drift: per unit t × token × pair of heads
+    "map": 1.0e-6,  # a setting of the map: per split × drift sample × token × (heads + feat.)
+}
+
+
+def terms(kind: str, cfg) -> dict[str, float]:
+    """The work terms of a run of ``kind`` ("simulate", "theory", "splitmap") with config ``cfg``
+    (each a count; multiply by :data:`PER_UNIT` for seconds)."""
+    F, A = _law_sizes(cfg.task.latent)
+    L, H = cfg.task.L, cfg.model.H
+    width = L * (H + F)  # one sequence's scores and features
+    out = {"run": 1.0}
+    if kind == "splitmap":
+        splits = (F + 1) ** H  # an upper bound on the splits of H heads over F directions
+        out["map"] = splits * cfg.map.n * A * width
+        return out
+    init = getattr(getattr(cfg, "theory", None), "init", None)
+    S = len(getattr(init, "seeds", None) or []) or cfg.seeds  # an ODE of chosen seeds: those
+    points = cfg.record.points
+    out["risk"] = S * points * cfg.record.n_mc * A * width
+    if kind == "simulate":
+        B = cfg.train.batch
+        if cfg.train.engine == "diffusion":
+            opts = cfg.diffusion
+            n = _sobol_n(opts.n) if opts.sampler == "sobol" else opts.n
+            out["diffusion"] = S * cfg.train.T / opts.dt * n * A * width
+        else:
+            steps = cfg.train.T * cfg.task.D / B
+            out["sgd_step"] = S * steps
+            out["sgd_launch"] = steps
+            if cfg.train.engine == "full":
+                out["full_token"] = S * steps * B * width * cfg.task.D
+        return out
+    if kind == "theory":
+        if cfg.theory.method == "exact":
+            out["ode_exact"] = S * cfg.train.T * L * H * H
+        else:
+            n, cyclic = _theory_samples(cfg)
+            out["ode"] = S * cfg.train.T * (n * H if cyclic else n) * A * width
+        return out
+    raise ValueError(f"no cost model for a run of kind {kind!r}")
+
+
+def seconds(kind: str, cfg, per_unit: dict[str, float] | None = None) -> float:
+    """The estimated compute seconds (one core) of a run of ``kind`` with config ``cfg``."""
+    c = PER_UNIT if per_unit is None else per_unit
+    return float(sum(c[k] * v for k, v in terms(kind, cfg).items()))

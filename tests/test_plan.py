@@ -1,0 +1,81 @@
+"""What a reproduction will run, and its price, before anything runs (`reproduce --dry-run`)."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from headspec.apps.cli import app
+from headspec.apps.experiments import RECIPES
+from headspec.apps.experiments.plan import estimate, planned
+from headspec.conventions import cost
+from headspec.conventions.config import SimulateConfig, TheoryConfig, load_config
+
+
+def _ran(folder, exp_id) -> set[str]:
+    """The runs recipe ``exp_id`` wrote into the report ``folder``."""
+    return {p.stem.removeprefix(f"{exp_id}_") for p in (folder / "data").glob(f"{exp_id}_*.nc")}
+
+
+def test_every_recipe_planned_exactly_the_runs_it_ran(smoke_report):
+    """Each recipe's declared plan is what its run asked for at the smoke scale: the same runs
+    (their result files) with the same resolved configs (the ODEs' starts point into the same
+    folder). The report's configs also hold in-process computations (E4's constructed
+    Bayes-softmax), which are no runs."""
+    folder, outcomes = smoke_report
+    for exp_id in RECIPES:
+        runs = planned(exp_id, "smoke", outdir=folder)
+        assert sorted(r.name for r, _ in runs) == sorted(_ran(folder, exp_id)), exp_id
+        for r, c in runs:
+            recorded = outcomes[exp_id].configs[r.name]
+            assert json.loads(c.model_dump_json()) == recorded, (exp_id, r.name)
+
+
+def test_dry_run_counts_finished_runs_as_reused(smoke_report):
+    folder, outcomes = smoke_report
+    res = CliRunner().invoke(app, ["reproduce", "--scale", "smoke", "--dry-run", "-o",
+                                   str(folder)])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    rows = {}
+    for line in res.output.splitlines():
+        cells = [c.strip() for c in line.strip("│ ").split("│")]
+        if cells and cells[0] in RECIPES:
+            rows[cells[0]] = cells
+    for exp_id in RECIPES:  # runs, reused, CPU-hours: every run is finished, nothing to compute
+        n = str(len(_ran(folder, exp_id)))
+        assert rows[exp_id][1:4] == [n, n, "0.00"], rows[exp_id]
+
+
+def test_dry_run_prints_the_full_scale_and_writes_nothing(tmp_path):
+    out = tmp_path / "report"
+    res = CliRunner().invoke(app, ["reproduce", "--scale", "full", "--dry-run", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "CPU-hours" in res.output and "E7" in res.output and "of compute in all" in res.output
+    assert not out.exists()
+    full = estimate(None, "full")
+    quick = estimate(None, "quick")
+    for exp_id in RECIPES:  # the full scale is the larger one, recipe by recipe
+        assert sum(r.seconds for r in full[exp_id]) > sum(r.seconds for r in quick[exp_id])
+
+
+def test_dry_run_refuses_an_unknown_scale(tmp_path):
+    res = CliRunner().invoke(app, ["reproduce", "--scale", "huge", "--dry-run"])
+    assert res.exit_code == 2 and "--scale 'huge'" in res.output
+
+
+@pytest.mark.parametrize("field, factor", [("seeds", 2), ("train.T", 3), ("task.D", 5)])
+def test_simulation_work_grows_with_its_sizes(field, factor):
+    base = {"seeds": 2, "train.T": 10.0, "task.D": 1000}
+    cfg = load_config(SimulateConfig, overrides=[f"{k}={v}" for k, v in base.items()])
+    big = load_config(SimulateConfig, overrides=[f"{k}={v * factor if k == field else v}"
+                                                 for k, v in base.items()])  # fmt: skip
+    t0, t1 = cost.terms("simulate", cfg), cost.terms("simulate", big)
+    assert t1["sgd_step"] == pytest.approx(factor * t0["sgd_step"])
+    assert t1["run"] == t0["run"] == 1.0
+
+
+def test_the_ode_of_chosen_seeds_costs_those_seeds_only():
+    start = 'theory.init={kind="simulation", path="run.nc"%s}'
+    cfg = load_config(TheoryConfig, overrides=["seeds=8", start % ""])
+    some = load_config(TheoryConfig, overrides=["seeds=8", start % ", seeds=[0, 1]"])
+    assert cost.terms("theory", some)["ode"] == pytest.approx(cost.terms("theory", cfg)["ode"] / 4)
