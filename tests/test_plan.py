@@ -32,7 +32,7 @@ def test_every_recipe_planned_exactly_the_runs_it_ran(smoke_report):
 
 
 def test_dry_run_counts_finished_runs_as_reused(smoke_report):
-    folder, outcomes = smoke_report
+    folder = smoke_report[0]
     res = CliRunner().invoke(app, ["reproduce", "--scale", "smoke", "--dry-run", "-o",
                                    str(folder)])  # fmt: skip
     assert res.exit_code == 0, res.output
@@ -79,3 +79,15 @@ def test_the_ode_of_chosen_seeds_costs_those_seeds_only():
     cfg = load_config(TheoryConfig, overrides=["seeds=8", start % ""])
     some = load_config(TheoryConfig, overrides=["seeds=8", start % ", seeds=[0, 1]"])
     assert cost.terms("theory", some)["ode"] == pytest.approx(cost.terms("theory", cfg)["ode"] / 4)
+
+
+def test_a_recipe_without_a_plan_is_shown_as_unknown(monkeypatch):
+    import dataclasses
+
+    from headspec.apps import experiments
+
+    monkeypatch.setitem(experiments.RECIPES, "E4",
+                        dataclasses.replace(experiments.RECIPES["E4"], plan=None))  # fmt: skip
+    res = CliRunner().invoke(app, ["reproduce", "--only", "E4,E5", "--dry-run"])
+    assert res.exit_code == 0, res.output
+    assert "declares no plan" in res.output and "E5" in res.output

@@ -170,6 +170,9 @@ def _dry_run(scale: str, ids, out_dir: Path, workers: int | None, scheduler: str
         table.add_column(col, justify="left" if col in ("exp.", "largest run") else "right")
     total = 0.0
     for exp_id, runs in est.items():
+        if runs is None:
+            table.add_row(exp_id, "?", "", "?", "(the recipe declares no plan of its runs)")
+            continue
         todo = [r for r in runs if _reusable(out_dir / "data" / f"{exp_id}_{r.name}.nc",
                                              r.config) is None]  # fmt: skip
         cpu = sum(r.seconds for r in todo)

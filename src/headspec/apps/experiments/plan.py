@@ -52,11 +52,14 @@ def planned(exp_id: str, scale: str, folder: Path | None = None,
 
 
 def estimate(ids=None, scale: str = "quick", folder: Path | None = None,
-             outdir: Path = Path("report")) -> dict[str, list]:  # fmt: skip
+             outdir: Path = Path("report")) -> dict[str, list | None]:  # fmt: skip
     """Recipe id → its :class:`PricedRun` list at ``scale`` (every registered recipe by default;
-    ``outdir`` as in :func:`planned`)."""
+    ``outdir`` as in :func:`planned`), or None for a recipe that declares no plan."""
     out = {}
     for exp_id in ids or RECIPES:
+        if _recipe(exp_id).plan is None:
+            out[exp_id] = None
+            continue
         runs = planned(exp_id, scale, folder, outdir)
         out[exp_id] = [PricedRun(r.name, r.kind, c, cost.seconds(r.kind, c)) for r, c in runs]
     return out
