@@ -91,3 +91,19 @@ def test_a_recipe_without_a_plan_is_shown_as_unknown(monkeypatch):
     res = CliRunner().invoke(app, ["reproduce", "--only", "E4,E5", "--dry-run"])
     assert res.exit_code == 0, res.output
     assert "declares no plan" in res.output and "E5" in res.output
+
+
+def test_e2_runs_its_largest_dimensions_on_the_diffusion_engine(tmp_path):
+    """`logd_diffusion_from`: the log-D runs at and above it take the diffusion engine."""
+    import shutil
+
+    from headspec.apps.experiments.runner import experiments_dir
+
+    for f in experiments_dir().iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    toml = tmp_path / "e2_order.toml"
+    toml.write_text(toml.read_text().replace("[experiment]\n", "[experiment]\n"
+                                             "logd_diffusion_from = 60\n", 1))  # fmt: skip
+    engines = {r.name: c.train.engine for r, c in planned("E2", "smoke", folder=tmp_path)
+               if r.name.startswith("logD_")}  # fmt: skip
+    assert engines == {"logD_30": "reduced", "logD_60": "diffusion", "logD_120": "diffusion"}

@@ -34,6 +34,9 @@ class Params(RecipeParams):
     logd_seeds: Count = Field(description="seeds per D of the log-D law")
     logd_T: Positive = Field(description="horizon of the log-D runs (censored beyond)")
     logd_dt: Positive = Field(description="record spacing of the log-D runs")
+    logd_diffusion_from: Annotated[int, Field(ge=2)] | None = Field(
+        None, description="D from which the log-D runs take the diffusion engine (None: never)"
+    )
     spec_cos: Cosine = Field(description="specialised: a head's cosine with the mean below this")
     saddle_n: Count = Field(description="Sobol base samples of the saddle's Jacobian")
     consistency_k: Positive = Field(description="|slope − 1/(2λ)| ≤ this × combined s.e.")
@@ -119,14 +122,20 @@ def _order_claim(ctx, sim, var, order, picks_sim, picks_ode, dev) -> None:
 
 # ------------------------------------------------------------------------------- log D
 def _logd_plan(ctx: Context) -> list[Run]:
-    """One simulation per D of ``dims``."""
+    """One simulation per D of ``dims`` (the diffusion engine from ``logd_diffusion_from``: its
+    cost per unit t does not grow with D)."""
     p = ctx.params
     T = float(p.logd_T)
+    big = p.logd_diffusion_from
+
+    def engine(D):
+        return ("train.engine='diffusion'",) if big is not None and D >= big else ()
+
     return [
         Run(f"logD_{int(D)}", "simulate",
             (f"task.D={int(D)}", f"seeds={p.logd_seeds}", f"train.T={T}",
              "record.grid='linear'", f"record.points={round(T / p.logd_dt)}",
-             "record.n_mc=64"),
+             "record.n_mc=64", *engine(D)),
             extra=ctx.spec.get("logd", {}))
         for D in p.dims
     ]  # fmt: skip
