@@ -1,7 +1,9 @@
 """Fit headspec.conventions.cost's seconds per unit to measured runs, and show how well it fits.
 
 Reads every result file of a reproduction's ``data/`` folder (``headspec reproduce -o REPORT``:
-each file keeps its resolved config and ``elapsed_s``, the seconds its run took on one worker),
+each file keeps its resolved config and ``cpu_s``, the CPU seconds of the worker that ran it; for
+files written before that attribute existed, ``--log`` reads them from the command's output, whose
+lines say "E8 a3_softmax1: 22 s on a worker (CPU 12 s)", else the wall time ``elapsed_s``),
 counts each run's work terms (:func:`headspec.conventions.cost.terms`) and fits the seconds per
 unit of each term by non-negative least squares on relative errors (each run weighted by
 1/measured). Prints the fitted constants (paste them into ``PER_UNIT``), each run's estimate beside
@@ -10,13 +12,14 @@ its measured time, and per recipe the sums and their ratio — the number the mo
 without fitting. ``--json FILE`` writes the measured runs (name, kind, config, seconds) for
 ``tests/test_plan.py``.
 
-    python benchmarks/bench_cost.py REPORT/data [--current] [--json FILE]
+    python benchmarks/bench_cost.py REPORT/data [--log OUTPUT] [--current] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -27,16 +30,25 @@ from headspec.apps.sweep.spec import MODELS
 from headspec.conventions import cost, results
 
 
-def measured(folder: Path) -> list[dict]:
-    """Every run of ``folder``: recipe, name, kind, config (dict), elapsed seconds."""
-    rows = []
+def cpu_from_log(log: Path | None) -> dict[str, float]:
+    """ "E8 a3_softmax1" → its CPU seconds, from the lines of `headspec reproduce`'s output."""
+    if log is None:
+        return {}
+    found = re.findall(r"(E\d+) (\S+): \d+ s on a worker \(CPU (\d+) s\)", log.read_text())
+    return {f"{e}_{n}": float(c) for e, n, c in found}
+
+
+def measured(folder: Path, log: Path | None = None) -> list[dict]:
+    """Every run of ``folder``: recipe, name, kind, config (dict), CPU seconds."""
+    rows, cpu = [], cpu_from_log(log)
     for path in sorted(folder.glob("*.nc")):
         ds = results.load(path, kinds=results.TASK_KINDS)
         kind = {"simulation": "simulate"}.get(ds.attrs["kind"], ds.attrs["kind"])  # run kind
         exp_id, name = path.stem.split("_", 1)
+        sec = ds.attrs.get(results.COMPUTE_CPU_SECONDS, cpu.get(path.stem))
+        sec = ds.attrs[results.COMPUTE_SECONDS] if sec is None else sec
         rows.append({"recipe": exp_id, "name": name, "kind": str(kind),
-                     "config": results.config_of(ds),
-                     "seconds": float(ds.attrs[results.COMPUTE_SECONDS])})  # fmt: skip
+                     "config": results.config_of(ds), "seconds": max(float(sec), 0.5)})  # fmt: skip
     return rows
 
 
@@ -53,10 +65,11 @@ def fit(rows: list[dict]) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("data", type=Path, help="a reproduction's data/ folder")
+    ap.add_argument("--log", type=Path, help="the reproduction's output (CPU seconds per run)")
     ap.add_argument("--current", action="store_true", help="judge PER_UNIT as it is")
     ap.add_argument("--json", type=Path, help="write the measured runs here")
     a = ap.parse_args()
-    rows = measured(a.data)
+    rows = measured(a.data, a.log)
     for r in rows:
         cfg = MODELS[r["kind"]].model_validate(r["config"])
         r["terms"] = cost.terms(r["kind"], cfg)

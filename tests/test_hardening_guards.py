@@ -340,7 +340,7 @@ def _recipe_configs():
     assert {r.file for r in RECIPES.values()} == shipped  # every shipped recipe is registered
     for r in RECIPES.values():
         spec = load_spec(r.id)
-        assert set(spec["scale"]) >= {"smoke", "quick", "full"}, r.id
+        assert set(spec["scale"]) >= {"smoke", "quick", "overnight", "full"}, r.id
         for scale in spec["scale"]:
             p = resolve(spec, scale, r.params, r.file)
             _, config, _ = split_spec(spec, scale)  # what Context.cfg starts from

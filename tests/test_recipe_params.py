@@ -28,7 +28,7 @@ def test_every_shipped_recipe_is_registered_in_order_and_validates_at_every_scal
     for r in RECIPES.values():
         assert r.params is not RecipeParams and r.run.__module__.endswith(r.id.lower())
         spec = _spec(r.id)
-        for scale in ("smoke", "quick", "full"):
+        for scale in ("smoke", "quick", "overnight", "full"):
             p = resolve(spec, scale, r.params, r.file)
             assert p.title and p.seeds >= 1
     experiments.check(list(RECIPES), "quick")

@@ -55,6 +55,9 @@ TASK_KINDS = (*RUN_KINDS, "splitmap")
 KINDS = RUN_KINDS
 # a result file's attribute: the seconds its run took to compute (what reusing the file saves)
 COMPUTE_SECONDS = "elapsed_s"
+# … and the CPU seconds of the process that computed it (what headspec.conventions.cost models:
+# the wall time is longer where the process waited for a core)
+COMPUTE_CPU_SECONDS = "cpu_s"
 _DESCRIBED = {
     "simulation": "a simulation result (headspec simulate)",
     "theory": "a theory result (headspec theory)",

@@ -33,8 +33,9 @@ def reproduce(
         str,
         typer.Option(
             "--scale",
-            help="quick (a laptop, minutes) or full (a cluster); smoke: tiny sizes for tests "
-            "(seconds per run, verdicts that mean nothing; a local cluster only with --workers).",
+            help="quick (a laptop, minutes), overnight (a laptop, ≤ 2 h: D ≥ 10⁴, ≥ 16 seeds) or "
+            "full (a cluster; see --dry-run); smoke: tiny sizes for tests (seconds per run, "
+            "verdicts that mean nothing; a local cluster only with --workers).",
         ),
     ] = "quick",
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = Path("report"),
@@ -84,7 +85,7 @@ def reproduce(
     from headspec.apps.sweep import SweepError
 
     if scale not in (*SCALES, TEST_SCALE):
-        fail(f"--scale {scale!r} is not known; fix: use quick or full")
+        fail(f"--scale {scale!r} is not known; fix: use quick, overnight or full")
     security = check_scheduler_options(scheduler, tls_ca_file, tls_cert, tls_key)
     ids = None
     if only is not None:  # an empty --only (an unset shell variable) is no selection

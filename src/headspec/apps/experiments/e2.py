@@ -1,7 +1,8 @@
 """E2 — order (SPEC §7): heads pick up features in decreasing order of Var θ_f; the time to
 specialise grows like log D.
 
-Both parts from simulations (exact reduced engine): the order beside the ODE started from each
+Both parts from simulations (exact reduced engine; log-D runs at D ≥ ``logd_diffusion_from`` on the
+diffusion engine, whose cost does not grow with D): the order beside the ODE started from each
 seed's exact initial state (:meth:`Context.paired`); the log-D law from several seeds per D (one
 :meth:`Context.runs` call: in parallel on a cluster), fitted as t_spec = a + b·ln D and set beside
 the saddle theory's slope 1/(2λ), λ the leading unstable rate of the common phase's fixed point

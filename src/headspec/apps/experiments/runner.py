@@ -27,7 +27,7 @@ from headspec.apps.experiments.registry import RECIPES, Recipe
 from headspec.apps.experiments.report import write_report
 from headspec.core.precision import float64_context
 
-SCALES = ("quick", "full")  # the scales of the paper's claims (recipes also have "smoke")
+SCALES = ("quick", "overnight", "full")  # the scales of the claims (recipes also have "smoke")
 TEST_SCALE = "smoke"  # tiny sizes, for tests: seconds per run, verdicts that mean nothing
 
 

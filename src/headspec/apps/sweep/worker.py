@@ -58,6 +58,7 @@ def run_task(kind: str, config_json: str, target: str | None = None, token: str 
         ]
     )
     ds.attrs[results.COMPUTE_SECONDS] = time.perf_counter() - t0  # kept with the file
+    ds.attrs[results.COMPUTE_CPU_SECONDS] = time.process_time() - c0
     out = {
         "status": "diverged" if failed else "done",
         "diverged_seeds": failed,
