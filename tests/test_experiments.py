@@ -87,6 +87,8 @@ def test_a_rerun_reuses_the_runs_and_the_report_counts_what_they_took(e4_report)
     out = e4_report[0]
     files = sorted((out / "data").glob("*.nc"))
     assert len(files) == 2 and all(results.COMPUTE_SECONDS in results.load(f).attrs for f in files)
+    for f in files:  # … and the CPU seconds (what headspec.conventions.cost models)
+        assert float(results.load(f).attrs[results.COMPUTE_CPU_SECONDS]) > 0, f
     for f, planted in zip(files, (90.0, 60.0), strict=True):
         ds = results.load(f)
         ds.attrs[results.COMPUTE_SECONDS] = planted
