@@ -12,7 +12,11 @@ its measured time, and per recipe the sums and their ratio — the number the mo
 without fitting. ``--json FILE`` writes the measured runs (name, kind, config, seconds) for
 ``tests/test_plan.py``.
 
-    python benchmarks/bench_cost.py REPORT/data [--log OUTPUT] [--current] [--json FILE]
+    python benchmarks/bench_cost.py REPORT/data [REPORT2/data …] [--log OUTPUT …] [--current]
+        [--json FILE]
+
+Several folders (e.g. a quick and an overnight reproduction) are fitted together: runs of one
+recipe at two scales tell the cost per seed from the cost per step shared by the seeds.
 """
 
 from __future__ import annotations
@@ -31,11 +35,19 @@ from headspec.conventions import cost, results
 
 
 def cpu_from_log(log: Path | None) -> dict[str, float]:
-    """ "E8 a3_softmax1" → its CPU seconds, from the lines of `headspec reproduce`'s output."""
+    """Run file stem (``E8_a3_softmax1``) → its CPU seconds, from `headspec reproduce`'s output."""
     if log is None:
         return {}
     found = re.findall(r"(E\d+) (\S+): \d+ s on a worker \(CPU (\d+) s\)", log.read_text())
     return {f"{e}_{n}": float(c) for e, n, c in found}
+
+
+def scale_of(folder: Path) -> str:
+    """The scale of the reproduction whose data/ folder this is (from its report, else '?')."""
+    try:
+        return json.loads((folder.parent / "outcomes.json").read_text())["scale"]
+    except (OSError, ValueError, KeyError):
+        return "?"
 
 
 def measured(folder: Path, log: Path | None = None) -> list[dict]:
@@ -47,7 +59,7 @@ def measured(folder: Path, log: Path | None = None) -> list[dict]:
         exp_id, name = path.stem.split("_", 1)
         sec = ds.attrs.get(results.COMPUTE_CPU_SECONDS, cpu.get(path.stem))
         sec = ds.attrs[results.COMPUTE_SECONDS] if sec is None else sec
-        rows.append({"recipe": exp_id, "name": name, "kind": str(kind),
+        rows.append({"recipe": exp_id, "name": name, "kind": str(kind), "scale": scale_of(folder),
                      "config": results.config_of(ds), "seconds": max(float(sec), 0.5)})  # fmt: skip
     return rows
 
@@ -64,12 +76,19 @@ def fit(rows: list[dict]) -> dict[str, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("data", type=Path, help="a reproduction's data/ folder")
-    ap.add_argument("--log", type=Path, help="the reproduction's output (CPU seconds per run)")
+    ap.add_argument("data", type=Path, nargs="+", help="reproductions' data/ folders")
+    ap.add_argument(
+        "--log",
+        type=Path,
+        action="append",
+        default=[],
+        help="a reproduction's output (CPU seconds per run; once per folder)",
+    )
     ap.add_argument("--current", action="store_true", help="judge PER_UNIT as it is")
     ap.add_argument("--json", type=Path, help="write the measured runs here")
     a = ap.parse_args()
-    rows = measured(a.data, a.log)
+    logs = a.log + [None] * (len(a.data) - len(a.log))
+    rows = [r for folder, log in zip(a.data, logs, strict=False) for r in measured(folder, log)]
     for r in rows:
         cfg = MODELS[r["kind"]].model_validate(r["config"])
         r["terms"] = cost.terms(r["kind"], cfg)
@@ -78,21 +97,22 @@ def main() -> None:
     for k, v in per_unit.items():
         print(f'    "{k}": {v:.3g},')
     print("}")
-    by = defaultdict(lambda: [0.0, 0.0])
+    by: dict[tuple, list[float]] = defaultdict(lambda: [0.0, 0.0])
     print(f"\n{'run':40s} {'kind':9s} {'measured':>9s} {'estimate':>9s} {'ratio':>6s}")
     for r in rows:
         est = sum(per_unit[k] * v for k, v in r["terms"].items())
-        by[r["recipe"]][0] += r["seconds"]
-        by[r["recipe"]][1] += est
+        by[(r["recipe"], r["scale"])][0] += r["seconds"]
+        by[(r["recipe"], r["scale"])][1] += est
         print(f"{r['recipe'] + ' ' + r['name']:40s} {r['kind']:9s} {r['seconds']:9.1f} "
               f"{est:9.1f} {est / r['seconds']:6.2f}")  # fmt: skip
-    print(f"\n{'recipe':8s} {'measured s':>11s} {'estimate s':>11s} {'ratio':>6s}")
-    for k, (m, e) in sorted(by.items()):
-        print(f"{k:8s} {m:11.0f} {e:11.0f} {e / m:6.2f}")
+    print(f"\n{'recipe':18s} {'measured s':>11s} {'estimate s':>11s} {'ratio':>6s}")
+    for (k, sc), (m, e) in sorted(by.items()):
+        print(f"{k + ' ' + sc:18s} {m:11.0f} {e:11.0f} {e / m:6.2f}")
     tot_m, tot_e = sum(v[0] for v in by.values()), sum(v[1] for v in by.values())
-    print(f"{'all':8s} {tot_m:11.0f} {tot_e:11.0f} {tot_e / tot_m:6.2f}")
+    print(f"{'all':18s} {tot_m:11.0f} {tot_e:11.0f} {tot_e / tot_m:6.2f}")
     if a.json:
-        keep = [{k: r[k] for k in ("recipe", "name", "kind", "config", "seconds")} for r in rows]
+        keep = [{k: r[k] for k in ("recipe", "scale", "name", "kind", "config", "seconds")}
+                for r in rows]  # fmt: skip
         a.json.write_text(json.dumps(keep, indent=1) + "\n")
 
 

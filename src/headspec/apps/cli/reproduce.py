@@ -188,9 +188,10 @@ def _dry_run(scale: str, ids, out_dir: Path, workers: int | None, scheduler: str
         if n
         else "on the scheduler's workers: the CPU time over their number, at least"
     )
-    out.print(f"{_duration(total)} of compute in all; {where}. Estimates from "
-              "headspec.conventions.cost (within ~2× per experiment on this project's "
-              "reference machine; docs/speed.md).")  # fmt: skip
+    out.print(f"{_duration(total)} of compute in all for the runs; {where}. The recipes' "
+              "own analyses come on top (+42 % at quick scale). Estimates from "
+              "headspec.conventions.cost: within 2× per experiment on this project's reference "
+              "machine (docs/speed.md).")  # fmt: skip
 
 
 def _duration(s: float) -> str:
