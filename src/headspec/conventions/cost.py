@@ -1,8 +1,9 @@
 """The compute time of a run, estimated from its validated config before it runs.
 
-A run's time is modelled as a sum of work terms, each a count the run's config fixes (SGD steps
-times the tokens and heads they touch, the risk's Monte-Carlo samples at each recorded point, the
-ODE's drift samples times its horizon, …) times a cost per unit of that term. :func:`terms` counts
+A run's time is modelled as a sum of work terms, each a count the run's config fixes (SGD steps of
+every seed, and of all seeds at once for the vmapped step's launch; the risk's Monte-Carlo samples
+at each recorded point; the ODE's drift samples times its horizon, …) times a cost per unit of
+that term. :func:`terms` counts
 the work; :data:`PER_UNIT` holds the seconds per unit on one core of this project's reference
 machine, fitted to measured runs (``benchmarks/bench_cost.py`` fits them again from any
 reproduction's ``data/`` folder and prints each run's estimate beside its measured time). The
