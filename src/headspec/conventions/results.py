@@ -46,6 +46,9 @@ import xarray as xr
 
 from headspec.conventions.io import write_atomic
 from headspec.conventions.provenance import run_metadata
+from headspec.conventions.timing import COMPUTE_CPU_SECONDS as COMPUTE_CPU_SECONDS  # re-exported
+from headspec.conventions.timing import COMPUTE_SECONDS as COMPUTE_SECONDS
+from headspec.conventions.timing import stamp_compute as stamp_compute
 
 SCHEMA_VERSION = 1
 RUN_KINDS = ("simulation", "theory")  # the results of simulate and theory (this schema)
@@ -53,11 +56,6 @@ RUN_KINDS = ("simulation", "theory")  # the results of simulate and theory (this
 # splits (conventions.splitmap)
 TASK_KINDS = (*RUN_KINDS, "splitmap")
 KINDS = RUN_KINDS
-# a result file's attribute: the seconds its run took to compute (what reusing the file saves)
-COMPUTE_SECONDS = "elapsed_s"
-# … and the CPU seconds of the process that computed it (what headspec.conventions.cost models:
-# the wall time is longer where the process waited for a core)
-COMPUTE_CPU_SECONDS = "cpu_s"
 _DESCRIBED = {
     "simulation": "a simulation result (headspec simulate)",
     "theory": "a theory result (headspec theory)",

@@ -176,11 +176,11 @@ def _dry_run(scale: str, ids, out_dir: Path, workers: int | None, scheduler: str
             continue
         todo = [r for r in runs if _reusable(out_dir / "data" / f"{exp_id}_{r.name}.nc",
                                              r.config) is None]  # fmt: skip
-        cpu = sum(r.seconds for r in todo)
+        cpu = sum(r.estimate for r in todo)
         total += cpu
-        big = max(todo, key=lambda r: r.seconds, default=None)
+        big = max(todo, key=lambda r: r.estimate, default=None)
         table.add_row(exp_id, str(len(runs)), str(len(runs) - len(todo)), f"{cpu / 3600:.2f}",
-                      f"{big.name} ({_duration(big.seconds)})" if big else "—")  # fmt: skip
+                      f"{big.name} ({_duration(big.estimate)})" if big else "—")  # fmt: skip
     table.add_row("all", "", "", f"{total / 3600:.2f}", "")
     out.print(table)
     where = (

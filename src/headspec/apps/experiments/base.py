@@ -133,8 +133,7 @@ class Context:
 
         self._check_stop()
         todo, done = [], {}
-        for r in batch:
-            c = self.cfg(MODELS[r.kind], r.name, *r.overrides, extra=r.extra)
+        for r, c in self.planned(batch):
             ds = _reusable(self.path(r.name), c)
             if ds is not None:
                 done[r.name] = ds
@@ -166,8 +165,7 @@ class Context:
 
         t0, c0 = time.perf_counter(), time.process_time()
         ds = compute(r.kind, c)
-        ds.attrs[results.COMPUTE_SECONDS] = took = time.perf_counter() - t0  # kept with the file
-        ds.attrs[results.COMPUTE_CPU_SECONDS] = time.process_time() - c0
+        took, _ = results.stamp_compute(ds, t0, c0)
         results.save(ds, self.path(r.name))
         self._log(f"{self.id} {r.name}: {took:.0f} s")
         return ds

@@ -11,7 +11,7 @@ Example:
     >>> est = estimate(["E1"], "smoke")
     >>> [r.name for r in est["E1"]]
     ['simulation', 'simulation_ode']
-    >>> all(r.seconds > 0 for r in est["E1"])
+    >>> all(r.estimate > 0 for r in est["E1"])
     True
 """
 
@@ -31,12 +31,13 @@ __all__ = ["PricedRun", "estimate", "planned"]
 
 @dataclasses.dataclass(frozen=True)
 class PricedRun:
-    """One planned run: its name, kind, resolved config and estimated seconds on one core."""
+    """One planned run: its name, kind, resolved config and ``estimate``, its CPU seconds on one
+    core as :func:`headspec.conventions.cost.seconds` models them (nothing is timed)."""
 
     name: str
     kind: str
     config: Any
-    seconds: float
+    estimate: float
 
 
 def planned(exp_id: str, scale: str, folder: Path | None = None,

@@ -57,13 +57,12 @@ def run_task(kind: str, config_json: str, target: str | None = None, token: str 
             int(s) for s, f in zip(ds.seed.values, ds.failed.values, strict=True) if f
         ]
     )
-    ds.attrs[results.COMPUTE_SECONDS] = time.perf_counter() - t0  # kept with the file
-    ds.attrs[results.COMPUTE_CPU_SECONDS] = time.process_time() - c0
+    wall, cpu = results.stamp_compute(ds, t0, c0)  # kept with the file
     out = {
         "status": "diverged" if failed else "done",
         "diverged_seeds": failed,
-        "elapsed_s": time.perf_counter() - t0,
-        "cpu_s": time.process_time() - c0,  # this process's CPU time: below elapsed_s when the
+        "elapsed_s": wall,
+        "cpu_s": cpu,  # this process's CPU time: below elapsed_s when the
         # worker waited for a core (other workers, the driver's analysis), above with threads
     }
     if target is not None and _same_folder(Path(target).parent.parent, token):
