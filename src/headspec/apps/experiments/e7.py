@@ -102,7 +102,10 @@ class Params(RecipeParams):
     """E7's parameters (``[experiment]`` of ``e7_representation.toml``)."""
 
     a: Positive = Field(description="atom amplitude |θ|")
-    settings: list[tuple[Count, Count]] = Field(min_length=1, description="(F, H) pairs")
+    settings: list[tuple[Count, Count] | tuple[Count, Count, Positive]] = Field(
+        min_length=1, description="(F, H) pairs, or (F, H, T) with that setting's own horizon "
+        "(train.T; the ODE beside it too)"
+    )
     activations: list[Literal["softmax", "softmax1", "bayes_softmax"]] = Field(
         list(ACTIVATIONS), min_length=1, description="the activations on each setting"
     )
@@ -123,10 +126,12 @@ def _runs(ctx: Context) -> tuple[list[Run], dict, tuple[str, ...]]:
     p = ctx.params
     S, n_ode = int(p.seeds), int(p.seeds if p.ode_seeds is None else p.ode_seeds)
     batch, meta = [], {}
-    for F, H in [tuple(x) for x in p.settings]:
+    for F, H, *T in [tuple(x) for x in p.settings]:
         for act in p.activations:
             name = f"F{F}_H{H}_{act}"
             ov = (f"seeds={S}", f"model.H={H}", f'model.activation="{act}"')
+            if T:  # this setting's own horizon
+                ov += (f"train.T={float(T[0])}",)
             extra = {"task": {"latent": isotropic_latent(F, p.a)}}
             batch.append(Run(name, "simulate", ov, extra))
             meta[name] = (F, H, act)
@@ -176,7 +181,7 @@ def run(ctx: Context):
     )  # fmt: skip
     _claims(ctx, shapes, meta, p, S)
     _formation(ctx, res, meta, p)
-    _figures(ctx, res, shapes, meta, [tuple(x) for x in p.settings], p)
+    _figures(ctx, res, shapes, meta, [tuple(x)[:2] for x in p.settings], p)
 
 
 def _claims(ctx: Context, shapes: dict, meta: dict, p, S: int):
