@@ -13,7 +13,10 @@ without fitting. ``--json FILE`` writes the measured runs (name, kind, config, s
 ``tests/test_plan.py``.
 
     python benchmarks/bench_cost.py REPORT/data [REPORT2/data …] [--log OUTPUT …] [--current]
-        [--json FILE]
+        [--runs tests/data/cost_runs.json] [--json FILE --what TEXT]
+
+``--runs`` adds the runs of an earlier ``--json`` file (e.g. the committed quick reproduction's)
+for every (recipe, scale) that the folders do not measure again.
 
 Several folders (e.g. a quick and an overnight reproduction) are fitted together: runs of one
 recipe at two scales tell the cost per seed from the cost per step shared by the seeds.
@@ -85,10 +88,16 @@ def main() -> None:
         help="a reproduction's output (CPU seconds per run; once per folder)",
     )
     ap.add_argument("--current", action="store_true", help="judge PER_UNIT as it is")
+    ap.add_argument("--runs", type=Path, help="earlier measured runs (a --json file) to add")
     ap.add_argument("--json", type=Path, help="write the measured runs here")
+    ap.add_argument("--what", default="", help="with --json: where the runs were measured")
     a = ap.parse_args()
     logs = a.log + [None] * (len(a.data) - len(a.log))
     rows = [r for folder, log in zip(a.data, logs, strict=False) for r in measured(folder, log)]
+    if a.runs:  # the earlier runs of every (recipe, scale) not measured again
+        new = {(r["recipe"], r["scale"]) for r in rows}
+        rows += [r for r in json.loads(a.runs.read_text())["runs"]
+                 if (r["recipe"], r["scale"]) not in new]  # fmt: skip
     for r in rows:
         cfg = MODELS[r["kind"]].model_validate(r["config"])
         r["terms"] = cost.terms(r["kind"], cfg)
@@ -113,7 +122,7 @@ def main() -> None:
     if a.json:
         keep = [{k: r[k] for k in ("recipe", "scale", "name", "kind", "config", "seconds")}
                 for r in rows]  # fmt: skip
-        a.json.write_text(json.dumps(keep, indent=1) + "\n")
+        a.json.write_text(json.dumps({"what": a.what, "runs": keep}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -68,6 +68,21 @@ def test_report_has_claims_figures_configs_and_environment(e4_report):
     assert '<td class="v-yes">yes</td>' in page  # the ODE is within 100 % of a toy simulation
     assert "Environment" in page and "jax_version" in page and "git_revision" in page
     assert {p.name for p in (out / "configs").iterdir()} == {"E4_tiny.json", "E4_tiny_ode.json"}
+    # the header names the machine and the runs' CPU time: the sum of the result files' cpu_s
+    import json
+
+    import xarray as xr
+
+    from headspec.apps.experiments.report import _cpu_model
+
+    env = json.loads((out / "outcomes.json").read_text())["environment"]
+    cpu = 0.0
+    for f in (out / "data").glob("*.nc"):
+        with xr.open_dataset(f, engine="h5netcdf") as ds:
+            cpu += ds.attrs["cpu_s"]
+    assert env["runs_cpu_s"] == pytest.approx(cpu, abs=0.1) and cpu > 0
+    head = md.splitlines()[2]
+    assert f"on {_cpu_model()}" in head.replace("\\", "") and "cores)" in head, head
 
 
 def test_a_rerun_reuses_the_runs_and_the_report_counts_what_they_took(e4_report):

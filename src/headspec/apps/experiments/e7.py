@@ -103,8 +103,9 @@ class Params(RecipeParams):
 
     a: Positive = Field(description="atom amplitude |θ|")
     settings: list[tuple[Count, Count] | tuple[Count, Count, Positive]] = Field(
-        min_length=1, description="(F, H) pairs, or (F, H, T) with that setting's own horizon "
-        "(train.T; the ODE beside it too)"
+        min_length=1,
+        description="(F, H) pairs, or (F, H, T) with that setting's own horizon "
+        "(train.T; the ODE beside it too)",
     )
     activations: list[Literal["softmax", "softmax1", "bayes_softmax"]] = Field(
         list(ACTIVATIONS), min_length=1, description="the activations on each setting"

@@ -43,15 +43,47 @@ VERDICT_CLASS = {"yes": "v-yes", "NO": "v-no", "—": "v-none"}  # verdict cell 
 OUTCOMES = "outcomes.json"
 
 
-def environment() -> dict:
+def _cpu_model() -> str:
+    """The processor's model name (Linux: /proc/cpuinfo), else what :mod:`platform` says."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment(datadir: Path | None = None) -> dict:
+    """Provenance of the report: package version, git revision, …, the machine (CPU model and
+    cores) and, from ``datadir``'s result files, the CPU seconds its runs took (``cpu_s``)."""
+    import os
+
     import jax
 
     from headspec.conventions.provenance import run_metadata
 
     env = run_metadata()
-    env["cpu"] = platform.processor() or platform.machine()
+    env["cpu"] = _cpu_model()
+    env["cores"] = os.cpu_count()
     env["devices"] = ", ".join(str(d) for d in jax.devices())
+    if datadir is not None:
+        env["runs_cpu_s"] = round(runs_cpu_seconds(datadir), 1)
     return env
+
+
+def runs_cpu_seconds(datadir: Path) -> float:
+    """The CPU seconds of the runs in ``datadir`` (each result file's ``cpu_s``; 0 where a file
+    has none, as those written before it existed)."""
+    import xarray as xr
+
+    from headspec.conventions.timing import COMPUTE_CPU_SECONDS
+
+    total = 0.0
+    for path in sorted(Path(datadir).glob("*.nc")):
+        with xr.open_dataset(path, engine="h5netcdf") as ds:
+            total += float(ds.attrs.get(COMPUTE_CPU_SECONDS, 0.0))
+    return total
 
 
 def _md(text) -> str:
@@ -74,7 +106,7 @@ def write_report(outcomes: list[Outcome], outdir: Path, scale: str, seconds: flo
     for o in outcomes:
         for name, c in o.configs.items():
             write_json_atomic(cfgdir / f"{o.id}_{name}.json", c)
-    env = environment()
+    env = environment(outdir / "data")
     md = markdown(outcomes, env, scale, seconds)
     write_json_atomic(outdir / OUTCOMES, outcomes_json(outcomes, outdir, env, scale, seconds))
     write_text_atomic(outdir / "index.md", md)
@@ -167,6 +199,15 @@ def read_outcomes(folder: str | Path) -> list[Outcome]:
     return out
 
 
+def _machine_text(env: dict) -> str:
+    """The header's ' on <CPU> (<n> cores); the runs took <h> CPU-hours', from ``env``."""
+    out = f" on {_md(env['cpu'])}" if env.get("cpu") else ""
+    out += f" ({env['cores']} cores)" if env.get("cores") else ""
+    if env.get("runs_cpu_s"):
+        out += f"; the runs took {env['runs_cpu_s'] / 3600:.2f} CPU-hours"
+    return out
+
+
 def markdown(outcomes: list[Outcome], env: dict, scale: str, seconds: float) -> str:
     """The whole report as Markdown text."""
     held = sum(c.verdict is True for o in outcomes for c in o.claims)
@@ -175,7 +216,8 @@ def markdown(outcomes: list[Outcome], env: dict, scale: str, seconds: float) -> 
     errors = sum(o.error is not None for o in outcomes)
     md += [f"{held} claim{' holds' if held == 1 else 's hold'}, {failed} do not, at this scale; "
            f"{errors} experiment{'' if errors == 1 else 's'} failed to run. "
-           f"Total time {seconds / 60:.1f} min{_reuse_text(outcomes, ' min')}.", ""]  # fmt: skip
+           f"Total time {seconds / 60:.1f} min{_machine_text(env)}"
+           f"{_reuse_text(outcomes, ' min')}.", ""]  # fmt: skip
     md += ["## Claims", "", *claims_table(outcomes), "",
            "What each claim measures, its tolerance and why, and the check that decided it: "
            "under its experiment below."]  # fmt: skip
