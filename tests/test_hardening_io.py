@@ -191,7 +191,7 @@ def test_reproduce_report_is_written_atomically(tmp_path, renames, monkeypatch):
     from headspec.apps.experiments import report
     from headspec.apps.experiments.base import Outcome
 
-    monkeypatch.setattr(report, "environment", lambda: {"python": "3"})
+    monkeypatch.setattr(report, "environment", lambda datadir=None: {"python": "3"})
     outcome = Outcome("E1", "title", configs={"run": {"train": {"T": 1}, "name": "é"}})
     with umask(0o022):
         report.write_report([outcome], tmp_path, "quick", 1.0)
