@@ -1,6 +1,8 @@
 """What a reproduction will run, and its price, before anything runs (`reproduce --dry-run`)."""
 
 import json
+from collections import defaultdict
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -131,3 +133,93 @@ def test_the_cost_model_is_within_2x_of_measured_runs_per_experiment():
         assert 0.5 <= est / measured <= 2.0, (key, measured, est)
     total = [sum(v[i] for v in by.values()) for i in (0, 1)]
     assert 1 / 1.5 <= total[1] / total[0] <= 1.5, total
+
+
+def _main_work(kind: str, cfg) -> tuple[str, float]:
+    """A run's main work as a plain count of its sizes, no fitted constant in it: seeds × SGD steps
+    (a simulation on the reduced engine), seeds × t × drift samples × sequence width (the ODE and
+    the diffusion engine), splits × samples × width (a map)."""
+    t = cost.terms(kind, cfg)
+    for k in ("diffusion", "map", "ode_exact", "ode", "sgd_step"):
+        if k in t:
+            return k, t[k]
+    raise AssertionError(f"no main work term in {t}")
+
+
+def _scaled_measurement(exp_id: str, data: dict, full: dict) -> float:
+    """The CPU seconds of recipe ``exp_id`` at the full scale from measurements alone: for each kind
+    of main work (:func:`_main_work`), seconds = a × runs + b × size solved from the quick and the
+    overnight measured totals (a: a run's fixed cost, b: seconds per unit of size), then evaluated
+    at the full scale's runs and size. Where the two scales have one size (or the solution is
+    negative), the overnight seconds are scaled in proportion to the size (errs large)."""
+    import numpy as np
+
+    from headspec.apps.sweep.spec import MODELS
+
+    # kind → scale → (runs, size, seconds)
+    seen: dict = defaultdict(lambda: defaultdict(lambda: np.zeros(3)))
+    for r in data["runs"]:
+        if r["recipe"] == exp_id:
+            k, n = _main_work(r["kind"], MODELS[r["kind"]].model_validate(r["config"]))
+            seen[k][r["scale"]] += (1.0, n, r["seconds"])
+    big: dict = defaultdict(lambda: np.zeros(2))  # kind → runs, size at the full scale
+    for r in full[exp_id]:
+        k, n = _main_work(r.kind, r.config)
+        big[k] += (1.0, n)
+    assert set(big) <= set(seen), (exp_id, "work of a kind the measured runs do not have")
+    total = 0.0
+    for k, (runs, size) in big.items():
+        q, o = seen[k]["quick"], seen[k]["overnight"]
+        assert o[0] > 0, (exp_id, k, "no overnight run measured")
+        a, b = 0.0, o[2] / o[1]
+        if q[0] > 0 and abs(np.linalg.det([q[:2], o[:2]])) > 1e-9 * q[1] * o[0]:
+            ab = np.linalg.solve([q[:2], o[:2]], [q[2], o[2]])
+            if (ab >= 0).all():
+                a, b = ab
+        total += a * runs + b * size
+    return float(total)
+
+
+@pytest.fixture(scope="module")
+def full_plan():
+    return estimate(None, "full")
+
+
+#: Recipes whose full-scale estimate is known to miss the measured scaling by more than 2×.
+#: E5: its ODE runs (H = 6, η = 2) take 3.4–4.6e-8 s per unit of ODE work at both measured scales,
+#: 3–4× the fitted PER_UNIT["ode"] (1.04e-8: the adaptive solver's steps per unit t differ from
+#: problem to problem, 4e-9 to 1e-7 over the recipes' ODE runs), and the ODE is most of E5's work at
+#: the full scale: estimate 0.45 × the scaled measurement (2026-12-04).
+_FULL_MISSES = {"E5"}
+
+
+@pytest.mark.parametrize(
+    "exp_id",
+    [
+        pytest.param(e, marks=pytest.mark.xfail(strict=True)) if e in _FULL_MISSES else e
+        for e in RECIPES
+    ],
+)
+def test_the_full_scale_estimate_is_within_2x_of_the_measured_runs_scaled_by_their_sizes(
+    exp_id, full_plan
+):
+    """Issue 28's check of `reproduce --scale full --dry-run`: per recipe, the dry run's estimate
+    for the full scale against the measured CPU seconds (tests/data/cost_runs.json: a cold quick and
+    a cold overnight reproduction) scaled to the full scale's sizes with no fitted constant
+    (:func:`_scaled_measurement`). Within 2× either way (2026-12-04: 0.69–0.91; E5 0.45)."""
+    data = json.loads((Path(__file__).parent / "data" / "cost_runs.json").read_text())
+    est = sum(r.estimate for r in full_plan[exp_id])
+    scaled = _scaled_measurement(exp_id, data, full_plan)
+    assert 0.5 <= est / scaled <= 2.0, (exp_id, est, scaled)
+
+
+def test_an_e7_setting_carries_its_own_horizon():
+    """E7's `settings` entries (F, H, T): that setting's simulations and the ODEs beside them
+    run to T; a pair (F, H) keeps the scale's train.T."""
+    horizons = {r.name: c.train.T for r, c in planned("E7", "overnight")}
+    assert {n: t for n, t in horizons.items() if n.startswith("F2_H4")} == dict.fromkeys(
+        [f"F2_H4_{a}{o}" for a in ("softmax", "softmax1", "bayes_softmax") for o in ("", "_ode")],
+        600.0,
+    )
+    assert {t for n, t in horizons.items() if n.startswith("F3_H6")} == {2000.0}
+    assert {c.train.T for _, c in planned("E7", "quick")} == {200.0}

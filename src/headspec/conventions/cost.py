@@ -30,15 +30,15 @@ __all__ = ["PER_UNIT", "seconds", "terms"]
 #: Seconds per unit of each work term on one core (fitted by ``benchmarks/bench_cost.py``; the
 #: date, machine and runs of the fit are in docs/speed.md).
 PER_UNIT: dict[str, float] = {
-    # fitted to the 77 runs of a cold quick reproduction and the 40 runs of E1, E3 and E7 at the
-    # overnight scale (2026-12-03 night, 2-core Intel Xeon at its best speed; CPU seconds)
-    "run": 0.92,  # a run's fixed cost: tracing and compiling its programs, writing its file
-    "sgd_step": 1.73e-6,  # one SGD step of one seed (reduced engine: independent of D)
-    "sgd_launch": 5.4e-6,  # one SGD step of all seeds at once (vmapped: launching its operations)
-    "risk": 5.9e-8,  # the recorded risk: per point × Monte-Carlo sample × token × (heads + feat.)
-    "ode": 1.25e-8,  # the ODE (sampled drift): per unit t × drift sample × token × (heads + feat.)
-    "ode_exact": 2.3e-4,  # the exact drift: per unit t × token × pair of heads
-    "map": 5.1e-6,  # a setting of the map: per split × drift sample × token × (heads + feat.)
+    # fitted to the 77 runs of a cold quick reproduction and the 85 runs of a cold overnight one
+    # (2026-12-03/04, 2-core Intel Xeon at its best speed; CPU seconds; tests/data/cost_runs.json)
+    "run": 0.91,  # a run's fixed cost: tracing and compiling its programs, writing its file
+    "sgd_step": 1.91e-6,  # one SGD step of one seed (reduced engine: independent of D)
+    "sgd_launch": 4.3e-6,  # one SGD step of all seeds at once (vmapped: launching its operations)
+    "risk": 6.2e-8,  # the recorded risk: per point × Monte-Carlo sample × token × (heads + feat.)
+    "ode": 1.04e-8,  # the ODE (sampled drift): per unit t × drift sample × token × (heads + feat.)
+    "ode_exact": 1.36e-4,  # the exact drift: per unit t × token × pair of heads
+    "map": 4.9e-6,  # a setting of the map: per split × drift sample × token × (heads + feat.)
     # measured alone (three runs of E2's log-D law at D = 10⁶, T = 5–10, 4–8 seeds)
     "diffusion": 1.3e-7,  # per step × drift sample × token × (heads + features), per seed
     # not measured: the full engine is in no recipe (a guess from its speed, docs/engine-reduced)

@@ -189,7 +189,7 @@ def _dry_run(scale: str, ids, out_dir: Path, workers: int | None, scheduler: str
         else "on the scheduler's workers: the CPU time over their number, at least"
     )
     out.print(f"{_duration(total)} of compute in all for the runs; {where}. The recipes' "
-              "own analyses come on top (+42 % at quick scale). Estimates from "
+              "own analyses come on top (+42 % at quick scale, +9.5 % overnight). Estimates from "
               "headspec.conventions.cost: within 2× per experiment on this project's reference "
               "machine (docs/speed.md).")  # fmt: skip
 

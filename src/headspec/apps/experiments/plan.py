@@ -5,7 +5,7 @@ Every recipe declares its runs (``plan`` in :func:`~headspec.apps.experiments.re
 :func:`planned` resolves them at a scale with a context that writes nothing, and :func:`estimate`
 prices each with :func:`headspec.conventions.cost.seconds` (one core of the reference machine).
 The recipes' own work beside their runs (fixed points, saddles, pruning, figures) is not priced:
-measured, it added 42 % to the runs' CPU at quick scale and 15 % for E1, E3 and E7 overnight.
+measured, it added 42 % to the runs' CPU at quick scale and 9.5 % at the overnight scale.
 
 Example:
     >>> est = estimate(["E1"], "smoke")
