@@ -215,11 +215,27 @@ def test_the_full_scale_estimate_is_within_2x_of_the_measured_runs_scaled_by_the
 
 def test_an_e7_setting_carries_its_own_horizon():
     """E7's `settings` entries (F, H, T): that setting's simulations and the ODEs beside them
-    run to T; a pair (F, H) keeps the scale's train.T."""
+    run to T, a number or a table by activation; a pair (F, H) keeps the scale's train.T."""
     horizons = {r.name: c.train.T for r, c in planned("E7", "overnight")}
     assert {n: t for n, t in horizons.items() if n.startswith("F2_H4")} == dict.fromkeys(
         [f"F2_H4_{a}{o}" for a in ("softmax", "softmax1", "bayes_softmax") for o in ("", "_ode")],
         600.0,
     )
-    assert {t for n, t in horizons.items() if n.startswith("F3_H6")} == {2000.0}
+    assert {n: t for n, t in horizons.items() if n.startswith("F3_H6")} == {
+        f"F3_H6_{a}{o}": t
+        for a, t in (("softmax", 1000.0), ("softmax1", 1000.0), ("bayes_softmax", 2000.0))
+        for o in ("", "_ode")
+    }
     assert {c.train.T for _, c in planned("E7", "quick")} == {200.0}
+
+
+def test_an_e7_horizon_table_names_activations_only():
+    from pydantic import ValidationError
+
+    from headspec.apps.experiments.e7 import Params
+
+    base = {"a": 2.5, "seeds": 2, "same": 0.9, "active": 0.5, "orth": 0.3, "combo": 1.5,
+            "pure": 0.9, "ode_cos": 0.1}  # fmt: skip
+    Params.model_validate({**base, "settings": [[3, 6, {"bayes_softmax": 2000}]]})
+    with pytest.raises(ValidationError, match="softmax2"):
+        Params.model_validate({**base, "settings": [[3, 6, {"softmax2": 2000}]]})

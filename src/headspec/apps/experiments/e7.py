@@ -102,10 +102,14 @@ class Params(RecipeParams):
     """E7's parameters (``[experiment]`` of ``e7_representation.toml``)."""
 
     a: Positive = Field(description="atom amplitude |θ|")
-    settings: list[tuple[Count, Count] | tuple[Count, Count, Positive]] = Field(
+    settings: list[
+        tuple[Count, Count]
+        | tuple[Count, Count, Positive]
+        | tuple[Count, Count, dict[Literal["softmax", "softmax1", "bayes_softmax"], Positive]]
+    ] = Field(
         min_length=1,
-        description="(F, H) pairs, or (F, H, T) with that setting's own horizon "
-        "(train.T; the ODE beside it too)",
+        description="(F, H) pairs, or (F, H, T) with that setting's own horizon (train.T; the "
+        "ODE beside it too), T a number or a table by activation (those not in it keep train.T)",
     )
     activations: list[Literal["softmax", "softmax1", "bayes_softmax"]] = Field(
         list(ACTIVATIONS), min_length=1, description="the activations on each setting"
@@ -131,8 +135,9 @@ def _runs(ctx: Context) -> tuple[list[Run], dict, tuple[str, ...]]:
         for act in p.activations:
             name = f"F{F}_H{H}_{act}"
             ov = (f"seeds={S}", f"model.H={H}", f'model.activation="{act}"')
-            if T:  # this setting's own horizon
-                ov += (f"train.T={float(T[0])}",)
+            horizon = T[0].get(act) if T and isinstance(T[0], dict) else (T or [None])[0]
+            if horizon is not None:  # this setting's own horizon
+                ov += (f"train.T={float(horizon)}",)
             extra = {"task": {"latent": isotropic_latent(F, p.a)}}
             batch.append(Run(name, "simulate", ov, extra))
             meta[name] = (F, H, act)
