@@ -9,8 +9,8 @@ unit of each term by non-negative least squares on relative errors (each run wei
 1/measured). Prints the fitted constants (paste them into ``PER_UNIT``), each run's estimate beside
 its measured time, and per recipe the sums and their ratio — the number the model is judged by
 (``reproduce --dry-run`` promises ~2× per experiment). ``--current`` judges today's ``PER_UNIT``
-without fitting. ``--json FILE`` writes the measured runs (name, kind, config, seconds) for
-``tests/test_plan.py``.
+without fitting. ``--json FILE`` writes the measured runs as ``{"what": …, "runs": [{recipe,
+scale, name, kind, config, seconds}, …]}`` for ``tests/test_plan.py``.
 
     python benchmarks/bench_cost.py REPORT/data [REPORT2/data …] [--log OUTPUT …] [--current]
         [--runs tests/data/cost_runs.json] [--json FILE --what TEXT]

@@ -33,9 +33,9 @@ def reproduce(
         str,
         typer.Option(
             "--scale",
-            help="quick (a laptop, minutes), overnight (a laptop, ≤ 2 h: D ≥ 10⁴, ≥ 16 seeds) or "
-            "full (a cluster; see --dry-run); smoke: tiny sizes for tests (seconds per run, "
-            "verdicts that mean nothing; a local cluster only with --workers).",
+            help="quick (a laptop, minutes), overnight (a laptop, ~2 h on 2 cores: D ≥ 10⁴, "
+            "≥ 16 seeds) or full (a cluster; see --dry-run); smoke: tiny sizes for tests "
+            "(seconds per run, verdicts that mean nothing; a local cluster only with --workers).",
         ),
     ] = "quick",
     out_dir: Annotated[Path, typer.Option("--out", "-o", help="Report folder.")] = Path("report"),

@@ -375,7 +375,9 @@ def _figures(ctx: Context, res: dict, shapes: dict, meta: dict, settings, p):
         axes[1, j].axhline(1, color="k", lw=0.6, ls=":")
         for ax in axes[:, j]:
             ax.set_xscale("log")
-            ax.set_xlim(t_lo or t[pos][0], t[-1])
+            # to the longest horizon of the setting (a table may give each activation its own T)
+            t_hi = max(float(res[f"F{F}_H{H}_{a}"][0].t.values[-1]) for a in acts)
+            ax.set_xlim(t_lo or t[pos][0], t_hi)
             ax.set_xlabel("t")
         axes[0, j].legend(fontsize="x-small")
     ctx.figure(fig, "grouping_over_time")

@@ -74,15 +74,19 @@ def environment(datadir: Path | None = None) -> dict:
 
 def runs_cpu_seconds(datadir: Path) -> float:
     """The CPU seconds of the runs in ``datadir`` (each result file's ``cpu_s``; 0 where a file
-    has none, as those written before it existed)."""
+    has none, as those written before it existed): every run the folder holds, those reused from
+    an earlier invocation included."""
     import xarray as xr
 
     from headspec.conventions.timing import COMPUTE_CPU_SECONDS
 
     total = 0.0
     for path in sorted(Path(datadir).glob("*.nc")):
-        with xr.open_dataset(path, engine="h5netcdf") as ds:
-            total += float(ds.attrs.get(COMPUTE_CPU_SECONDS, 0.0))
+        try:  # a file that is not a readable result (a partial or foreign one) counts nothing
+            with xr.open_dataset(path, engine="h5netcdf") as ds:
+                total += float(ds.attrs.get(COMPUTE_CPU_SECONDS, 0.0))
+        except (OSError, ValueError):
+            continue
     return total
 
 
