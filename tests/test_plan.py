@@ -96,7 +96,8 @@ def test_a_recipe_without_a_plan_is_shown_as_unknown(monkeypatch):
 
 
 def test_e2_runs_its_largest_dimensions_on_the_diffusion_engine(tmp_path):
-    """`logd_diffusion_from`: the log-D runs at and above it take the diffusion engine."""
+    """`logd_diffusion_from`: the log-D runs at and above it take the diffusion engine, with its
+    exact drift."""
     import shutil
 
     from headspec.apps.experiments.runner import experiments_dir
@@ -106,9 +107,11 @@ def test_e2_runs_its_largest_dimensions_on_the_diffusion_engine(tmp_path):
     toml = tmp_path / "e2_order.toml"
     toml.write_text(toml.read_text().replace("[experiment]\n", "[experiment]\n"
                                              "logd_diffusion_from = 60\n", 1))  # fmt: skip
-    engines = {r.name: c.train.engine for r, c in planned("E2", "smoke", folder=tmp_path)
+    engines = {r.name: (c.train.engine, c.diffusion.drift)
+               for r, c in planned("E2", "smoke", folder=tmp_path)
                if r.name.startswith("logD_")}  # fmt: skip
-    assert engines == {"logD_30": "reduced", "logD_60": "diffusion", "logD_120": "diffusion"}
+    assert engines == {"logD_30": ("reduced", "sampled"), "logD_60": ("diffusion", "exact"),
+                       "logD_120": ("diffusion", "exact")}  # fmt: skip
 
 
 def test_the_cost_model_is_within_2x_of_measured_runs_per_experiment():

@@ -70,9 +70,13 @@ def engine(cfg, schedule_fn: Callable | None = None) -> Engine:
             base = base.head_cyclic()  # heads treated alike (cost × H)
         key = jax.random.fold_in(jax.random.key(opts.sample_seed), 0x6772)  # "gr"
         gram = gram_rest(key, base.n // copies, L, D, law.F + H, copies)
+        exact = None
+        if opts.drift == "exact":  # the η² term on n score points, averaged over relabellings
+            exact = Exact(base, scores=ScoreSamples.rqmc(opts.sample_seed, L, H, opts.n),
+                          cyclic=True)  # fmt: skip
         extra = {"base": base, "gram": gram, "dt": opts.dt, "solver": opts.solver,
                  "horizon": cfg.train.T, "resample": opts.resample, "orbit": copies,
-                 "noise_factor": opts.noise_factor}  # fmt: skip
+                 "noise_factor": opts.noise_factor, "exact": exact}  # fmt: skip
     return ENGINES[cfg.train.engine](
         law=law,
         activation=activation(cfg.model),
@@ -90,11 +94,13 @@ def engine(cfg, schedule_fn: Callable | None = None) -> Engine:
 
 def diffusion_head_cyclic(cfg) -> bool:
     """Whether the diffusion engine's base samples are made head-cyclic (``diffusion.head_cyclic``;
-    "auto": when task.D > diffusion.n with fixed samples; never with fresh ones, whose head
-    asymmetry is noise that the SGD noise already counts)."""
-    choice = cfg.diffusion.head_cyclic
+    "auto": when task.D > diffusion.n with fixed samples of a sampled drift; never with fresh
+    ones, whose head asymmetry is noise that the SGD noise already counts, nor with the exact
+    drift, whose samples' asymmetry is O(1/(D√n)))."""
+    opts = cfg.diffusion
+    choice = opts.head_cyclic
     if choice == "auto":
-        return not cfg.diffusion.resample and cfg.task.D > cfg.diffusion.n
+        return not opts.resample and opts.drift == "sampled" and cfg.task.D > opts.n
     return bool(choice)
 
 

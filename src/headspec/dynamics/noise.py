@@ -58,7 +58,13 @@ from headspec.core.attention import Activation
 from headspec.core.linalg import bartlett, psd_root
 from headspec.core.observables import BaseSamples, sample_loss, token_projections
 from headspec.core.precision import float64
-from headspec.dynamics.problem import DriftProblem, OrderParameters, SampleTerms, increment
+from headspec.dynamics.problem import (
+    DriftProblem,
+    Exact,
+    OrderParameters,
+    SampleTerms,
+    increment,
+)
 
 Array = jax.Array
 
@@ -93,6 +99,7 @@ class FiniteGram(NamedTuple):
 
     rest: Array  # (n, L, L) T Tᵀ/D, T Tᵀ ~ Wishart(D − F − H, I_L), one per base sample
     inv_D: Array  # () 1/D
+    rest_mean: Array  # () (D − F − H)/D: E rest = rest_mean · I
 
 
 @float64
@@ -104,7 +111,9 @@ def gram_rest(key, n: int, L: int, D: int, s: int, copies: int = 1) -> FiniteGra
         raise ValueError(f"the finite-D Gram matrix needs D − s ≥ L, got D = {D}, s = {s}, L = {L}")
     T = jax.vmap(lambda k: bartlett(k, D - s, L))(jax.random.split(key, n))  # (n, L, L)
     rest = jnp.einsum("nlk,nmk->nlm", T, T) / D  # (n, L, L)
-    return FiniteGram(jnp.tile(rest, (copies, 1, 1)), jnp.asarray(1.0 / D))
+    return FiniteGram(
+        jnp.tile(rest, (copies, 1, 1)), jnp.asarray(1.0 / D), jnp.asarray((D - s) / D)
+    )
 
 
 def _loss_gram(s: Array, activation: Activation, G: Array) -> Array:
@@ -114,22 +123,12 @@ def _loss_gram(s: Array, activation: Activation, G: Array) -> Array:
     return 0.5 * r @ G @ r
 
 
-def _increments(
-    state: OrderParameters, problem: DriftProblem, theta, base, eta, eta_b, gram: FiniteGram | None
-) -> Array:
-    """ψ per base sample for latents θ (n, F), flattened as in :func:`flat_sym`: (n, d)."""
-    M, Q, b = state
-    activation = problem.activation
-    S = psd_root(Q - M @ M.T)  # (H, H)
-    nu, lam = token_projections(M, S, theta, base)  # (n, L, F), (n, H, L)
-    if gram is None:  # D → ∞: G = I
-        g = jax.vmap(jax.grad(sample_loss), in_axes=(0, None))(lam + b[:, None], activation)
+def _psi(g, G, nu, lam, eta, eta_b) -> Array:
+    """ψ per sample from g = ∂ℓ/∂s (n, H, L) and the Gram matrices G (n, L, L; None: I),
+    flattened as in :func:`flat_sym`: (n, d)."""
+    if G is None:
         g_g = jnp.einsum("nhl,nkl->nhk", g, g)  # (n, H, H)
     else:
-        G = (
-            jnp.einsum("nlf,nmf->nlm", nu, nu) + jnp.einsum("nlh,nmh->nlm", base.xi, base.xi)
-        ) * gram.inv_D + gram.rest  # (n, L, L) = XXᵀ/D
-        g = jax.vmap(jax.grad(_loss_gram), in_axes=(0, None, 0))(lam + b[:, None], activation, G)
         g_g = jnp.einsum("nhl,nlm,nkm->nhk", g, G, g)  # (n, H, H)
     terms = SampleTerms(
         jnp.zeros(g.shape[0], g.dtype),
@@ -139,6 +138,51 @@ def _increments(
         g.sum(-1),  # (n, H)
     )
     return flat_sym(increment(terms, eta, eta_b, True))  # (n, d)
+
+
+def _increments(
+    state: OrderParameters,
+    problem: DriftProblem,
+    theta,
+    base,
+    eta,
+    eta_b,
+    gram: FiniteGram | None,
+    with_limit: bool = False,
+):
+    """ψ per base sample for latents θ (n, F), flattened as in :func:`flat_sym`: (n, d); with
+    ``with_limit`` also each sample's control for an exact mean, ψ_∞ + J·(G − G₀) (n, d): ψ_∞ the
+    D → ∞ increment (G = I, mean f), J·(G − G₀) the first-order change of ψ_D with the Wishart
+    part of G around its mean G₀ = E[G | ν, ξ] (mean 0: that part is drawn independently).
+    ψ_D minus it is O(L/D) per sample, so the correction's average has error O(1/(D√n))."""
+    M, Q, b = state
+    activation = problem.activation
+    S = psd_root(Q - M @ M.T)  # (H, H)
+    nu, lam = token_projections(M, S, theta, base)  # (n, L, F), (n, H, L)
+    s = lam + b[:, None]  # (n, H, L) scores
+
+    def limit():
+        g = jax.vmap(jax.grad(sample_loss), in_axes=(0, None))(s, activation)  # (n, H, L)
+        return _psi(g, None, nu, lam, eta, eta_b)
+
+    if gram is None:  # D → ∞: G = I
+        psi = limit()
+        return (psi, psi) if with_limit else psi
+    span = (
+        jnp.einsum("nlf,nmf->nlm", nu, nu) + jnp.einsum("nlh,nmh->nlm", base.xi, base.xi)
+    ) * gram.inv_D  # (n, L, L) the tokens' Gram part inside span(K*, K)
+    G = span + gram.rest  # (n, L, L) = XXᵀ/D
+
+    def at(G):  # ψ_D for Gram matrices G (n, L, L)
+        g = jax.vmap(jax.grad(_loss_gram), in_axes=(0, None, 0))(s, activation, G)  # (n, H, L)
+        return _psi(g, G, nu, lam, eta, eta_b)
+
+    psi = at(G)
+    if not with_limit:
+        return psi
+    G0 = span + gram.rest_mean * jnp.eye(G.shape[-1], dtype=G.dtype)  # (n, L, L) E[G | ν, ξ]
+    _, first = jax.jvp(at, (G0,), (G - G0,))  # (n, d) J·(G − G₀)
+    return psi, limit() + first
 
 
 class IncrementMoments(NamedTuple):
@@ -168,6 +212,15 @@ def increment_moments(
     over a discrete law's atoms. ``gram``: the finite-D Gram part of every base sample
     (:func:`gram_rest`); None: D → ∞. The η² term is always part of ψ.
 
+    With an :class:`~headspec.dynamics.problem.Exact` method the mean is a control variate:
+    f + mean(ψ_D − ψ_∞ − J·(G − G₀)) over the samples, f the exact D → ∞ drift (the problem's
+    vector field), ψ_∞ each sample's D → ∞ increment (mean f) and J·(G − G₀) the first-order
+    effect of the Gram matrix's Wishart part (mean 0; see :func:`_increments`). What is left
+    per sample is O(L/D), so the mean's sampling error is O(1/(D√n)) against O(1/√n) for
+    mean(ψ_D) — on a plateau, where the drift is a small difference of O(1) terms, that error
+    is the whole bias of fixed samples. The covariance is ψ_D's, from the samples, as without
+    it. Fixed samples only (``resampled`` None).
+
     ``resampled`` = D·dt for an engine that draws fresh Monte-Carlo base samples at every step
     of size dt (None: fixed samples). Each step's estimate of the mean then carries sampling noise
     of covariance V (the spread of the mean over redraws: the per-draw ψ averaged over the atoms
@@ -178,7 +231,16 @@ def increment_moments(
     law = problem.law
     eta, eta_b = problem.lr * factor, problem.lr_b * factor
     points, weights = law.quadrature(base.theta)  # (A, n, F), (A,)
-    psi = jax.vmap(lambda th: _increments(state, problem, th, base, eta, eta_b, gram))(points)
+    exact = isinstance(problem.method, Exact)
+    if exact and resampled is not None:
+        raise ValueError("an exact mean has no sampling noise to take out: use fixed samples")
+    psi = jax.vmap(lambda th: _increments(state, problem, th, base, eta, eta_b, gram, exact))(
+        points
+    )  # (A, n, d), or a pair of them with an exact mean
+    if exact:  # control variate of mean f: the samples give only E(ψ_D − control)
+        psi, control = psi
+        f = flat_sym(problem.field_at(state, factor))  # (d,)
+        shift = f - jnp.einsum("a,and->d", weights.astype(psi.dtype), control) / psi.shape[1]
     A, n, d = psi.shape
     w = weights.astype(psi.dtype)[:, None]  # (A, 1)
     mean = jnp.einsum("a,and->d", weights.astype(psi.dtype), psi) / n  # (d,)
@@ -198,4 +260,6 @@ def increment_moments(
     per = jnp.einsum("a,an->n", weights.astype(psi.dtype), sq)  # (n,) atoms averaged per sample
     tr = per.mean()
     tr_se = per.std(ddof=1) / jnp.sqrt(n)
+    if exact:  # the covariance is about ψ_D's own mean; the mean returned is f + E(ψ_D − ψ_∞)
+        mean = mean + shift
     return IncrementMoments(mean, psd_root(C), 0.5 * tr_se / jnp.maximum(tr, 1e-300), cov_M)

@@ -216,10 +216,10 @@ class DiffusionOptions(StrictModel):
     )
     head_cyclic: Literal["auto"] | bool = Field(
         "auto",
-        description="base samples closed under cyclic shifts of the heads (cost × H). auto: when "
-        "task.D > diffusion.n, where the samples' O(1/√n) head asymmetry would exceed the O(1/√D) "
-        "fluctuations that make heads separate (never with resample: fresh samples' asymmetry is "
-        "noise, counted in the SGD noise)",
+        description="base samples closed under cyclic shifts of the heads (cost × H). auto: with "
+        "a sampled drift when task.D > diffusion.n, where the samples' O(1/√n) head asymmetry "
+        "would exceed the O(1/√D) fluctuations that make heads separate (never with resample: "
+        "fresh samples' asymmetry is noise, counted in the SGD noise; nor with the exact drift)",
     )
     resample: bool = Field(
         False,
@@ -228,6 +228,16 @@ class DiffusionOptions(StrictModel):
         "step, is part of the SGD noise the step must carry (the injected noise is reduced to "
         "C/D − dt·C/n per unit time); needs n ≥ task.D·dt. false: fixed samples (common random "
         "numbers, any D), whose O(1/√n) drift error is a bias shared by every step and seed",
+    )
+    drift: Literal["sampled", "exact"] = Field(
+        "sampled",
+        description="the mean increment: sampled, the base samples' average (its O(1/√n) error "
+        "is a bias on plateaus: 2.9 % of dQ/dt on E1's common phase at D = 10⁴, n = 8192); "
+        "exact, the exact D → ∞ drift (theory.method = 'exact''s quadrature, its η² term on n "
+        "score points) plus the finite-D correction averaged over the base samples with a "
+        "control variate, error O(1/(D√n)): 1.0e-4 of dQ/dt there at n = 1024, at about the "
+        "default's cost per unit t (benchmarks/bench_diffusion_mean.py). The noise comes from "
+        "the samples either way. Not with resample",
     )
     noise_factor: float = Field(
         1.0,
@@ -268,6 +278,8 @@ class SimulateConfig(_RunConfig):
         data = handler(self)
         if isinstance(data, dict) and isinstance(self.init, RandomStart):
             data.pop("init", None)
+        if isinstance(data, dict) and self.diffusion.drift == "sampled":  # the same for drift
+            data.get("diffusion", {}).pop("drift", None)
         return data
 
     @model_validator(mode="after")
@@ -299,6 +311,13 @@ class SimulateConfig(_RunConfig):
             check_diffusion_domain(self)
         if self.train.engine == "diffusion" and self.diffusion.resample:
             _check_resample(self.diffusion, D)
+        exact = self.train.engine == "diffusion" and self.diffusion.drift == "exact"
+        if exact and self.model.activation == "bayes_softmax" and H >= 4:
+            raise ValueError(
+                f'diffusion.drift = "exact" cannot integrate Bayes-softmax with model.H = {H} '
+                "heads (its one normaliser couples all heads: an H-dimensional quadrature, out of "
+                'reach for H ≥ 4); fix: use diffusion.drift = "sampled", or at most 3 heads'
+            )
         _check_steps(self.train, D)
         _check_grid(self.record, self.train)
         return self
@@ -308,6 +327,12 @@ def _check_resample(opts: DiffusionOptions, D: int) -> None:
     """diffusion.resample: plain Monte Carlo (the sampling noise it subtracts is that of
     independent samples), and a step's sampling noise (dt·C/n) no larger than its SGD noise
     (C/D): n ≥ D·dt."""
+    if opts.drift == "exact":
+        raise ValueError(
+            "diffusion.resample = true takes the drift's sampling noise out of the SGD noise, and "
+            'diffusion.drift = "exact" has none; fix: set diffusion.resample = false (with the '
+            'exact drift, fixed samples err by O(1/(D√n)) only) or diffusion.drift = "sampled"'
+        )
     if opts.sampler != "mc":
         raise ValueError(
             "diffusion.resample = true draws independent samples at every step; fix: set "

@@ -50,7 +50,7 @@ failed (fix: a smaller ``diffusion.dt``) rather than return an impossible state.
 The Brownian path of a seed is a :class:`diffrax.VirtualBrownianTree` from its train key: the same
 path whatever the recording grid or the grouping of seeds.
 
-Base samples, two ways:
+Base samples, three ways:
 - fixed (default): shared by every seed and step (common random numbers, as in the theory), at
   any D. Their O(1/√n) error of f is then a bias that every step repeats: on a plateau, where f is
   small, 2–3 % of dQ/dt at n = 8192 (studies/drift_error.py), which shifts Q's mean as much. Make
@@ -61,6 +61,11 @@ Base samples, two ways:
   noise, which is SGD noise of the right shape: the injected noise is reduced to
   (C − D·dt·V)/D per unit time, so that the total is C/D (needs n ≥ D·dt; a step clipped to end
   on a grid point is compensated as a full one). This is the law-exact mode for D up to n/dt.
+- ``exact`` (an :class:`~headspec.dynamics.problem.Exact` method; ``diffusion.drift = "exact"``):
+  fixed samples, but the mean is the exact D → ∞ drift plus the samples' finite-D correction
+  with a control variate (:func:`~headspec.dynamics.noise.increment_moments`), whose error is
+  O(1/(D√n)): on E1's plateau at D = 10⁴, 10⁻⁴ of dQ/dt at n = 1024 against 3 % for the
+  default sampled mean (benchmarks/bench_diffusion_mean.py). Any D, no head-cyclic samples needed.
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -104,7 +109,7 @@ from headspec.dynamics.noise import (
     sym_size,
     unflat_sym,
 )
-from headspec.dynamics.problem import DriftProblem, OrderParameters
+from headspec.dynamics.problem import DriftProblem, Exact, OrderParameters
 
 Array = jax.Array
 
@@ -142,6 +147,9 @@ class DiffusionEngine(Engine):
     solver: str = eqx.field(static=True, default="heun")  # "heun" | "euler"
     horizon: float = eqx.field(static=True, default=1.0)
     noise_factor: float = eqx.field(static=True, default=1.0)  # 1: SGD; else tests of the tests
+    #: the mean's method: None, the base samples' average of ψ_D; an :class:`Exact` method, the
+    #: exact D → ∞ drift plus the samples' finite-D correction (noise.increment_moments)
+    exact: Exact | None = eqx.field(kw_only=True, default=None)
     resample: bool = eqx.field(static=True, default=False)  # fresh base samples at every step
     orbit: int = eqx.field(static=True, default=1)  # head-cyclic copies per draw in ``base``
 
@@ -152,6 +160,11 @@ class DiffusionEngine(Engine):
             raise ValueError(f"solver must be 'heun' or 'euler', got {self.solver!r}")
         if not self.dt > 0 or not self.horizon > 0:
             raise ValueError(f"dt and horizon must be positive, got {self.dt}, {self.horizon}")
+        if self.exact is not None and self.resample:
+            raise ValueError(
+                "an exact mean has no sampling noise to take out of the SGD noise: use fixed "
+                "samples (resample = False) with it"
+            )
         if self.D - self.law.F < self.H:
             raise ValueError(
                 f"the diffusion engine draws the initial overlaps of {self.H} keys at D = "
@@ -188,7 +201,11 @@ class DiffusionEngine(Engine):
         import diffrax
 
         H, F = self.H, self.law.F
-        problem = DriftProblem.sampled(self.activation, self.law, self.base, self.lr, self.lr_b)
+        if self.exact is None:
+            problem = DriftProblem.sampled(self.activation, self.law, self.base, self.lr, self.lr_b)
+        else:
+            problem = DriftProblem(self.activation, self.law, self.L, self.lr, self.lr_b,
+                                   self.exact)  # fmt: skip
 
         inv_D = self.noise_factor**2 / jnp.asarray(self.D, jnp.float64)
 
