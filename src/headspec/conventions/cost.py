@@ -41,6 +41,9 @@ PER_UNIT: dict[str, float] = {
     "map": 4.9e-6,  # a setting of the map: per split × drift sample × token × (heads + feat.)
     # measured alone (three runs of E2's log-D law at D = 10⁶, T = 5–10, 4–8 seeds)
     "diffusion": 1.3e-7,  # per step × drift sample × token × (heads + features), per seed
+    # measured alone: E2's overnight log-D run at D = 10⁶ (16 seeds, T = 80, n = 1024), 420 CPU-s,
+    # less what the terms above give it (2026-12-04)
+    "diffusion_exact": 5.5e-4,  # the exact drift: per step × token × pair of heads, per seed
     # not measured: the full engine is in no recipe (a guess from its speed, docs/engine-reduced)
     "full_token": 2.0e-9,  # per step × token × dimension × (heads + features) × batch, per seed
 }
@@ -66,7 +69,10 @@ def terms(kind: str, cfg) -> dict[str, float]:
         if cfg.train.engine == "diffusion":
             opts = cfg.diffusion
             n = _sobol_n(opts.n) if opts.sampler == "sobol" else opts.n
-            out["diffusion"] = S * cfg.train.T / opts.dt * n * A * width
+            steps = S * cfg.train.T / opts.dt
+            out["diffusion"] = steps * n * A * width
+            if opts.drift == "exact":  # the quadrature, per step and seed (one seed at a time)
+                out["diffusion_exact"] = steps * L * H * H
         else:
             steps = cfg.train.T * cfg.task.D / B
             out["sgd_step"] = S * steps

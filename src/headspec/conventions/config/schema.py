@@ -235,9 +235,10 @@ class DiffusionOptions(StrictModel):
         "is a bias on plateaus: 2.9 % of dQ/dt on E1's common phase at D = 10⁴, n = 8192); "
         "exact, the exact D → ∞ drift (theory.method = 'exact''s quadrature, its η² term on n "
         "score points) plus the finite-D correction averaged over the base samples with a "
-        "control variate, error O(1/(D√n)): 1.0e-4 of dQ/dt there at n = 1024, at about the "
-        "default's cost per unit t (benchmarks/bench_diffusion_mean.py). The noise comes from "
-        "the samples either way. Not with resample",
+        "control variate, error O(1/(D√n)) (the η² term's on n score points): 4e-4 of dQ/dt "
+        "there at n = 1024, for a third of the default's cost per unit t "
+        "(benchmarks/bench_diffusion_mean.py). The noise comes from the samples either way. Not "
+        "with resample",
     )
     noise_factor: float = Field(
         1.0,
