@@ -90,14 +90,23 @@ def main() -> None:
     ap.add_argument("--current", action="store_true", help="judge PER_UNIT as it is")
     ap.add_argument("--runs", type=Path, help="earlier measured runs (a --json file) to add")
     ap.add_argument("--json", type=Path, help="write the measured runs here")
-    ap.add_argument("--what", default="", help="with --json: where the runs were measured")
+    ap.add_argument("--what", default="", help="with --json: where the runs were measured "
+                    "(added to the --runs file's own)")  # fmt: skip
     a = ap.parse_args()
     logs = a.log + [None] * (len(a.data) - len(a.log))
+    unknown = [str(f) for f in a.data if scale_of(f) == "?"]
+    if unknown:  # per-scale sums and --runs' merge need it
+        raise SystemExit(
+            f"cannot tell the scale of {', '.join(unknown)} (no readable outcomes.json beside "
+            "it); fix: pass the data/ folder of a finished `headspec reproduce` run"
+        )
     rows = [r for folder, log in zip(a.data, logs, strict=False) for r in measured(folder, log)]
+    what = a.what
     if a.runs:  # the earlier runs of every (recipe, scale) not measured again
+        earlier = json.loads(a.runs.read_text())
         new = {(r["recipe"], r["scale"]) for r in rows}
-        rows += [r for r in json.loads(a.runs.read_text())["runs"]
-                 if (r["recipe"], r["scale"]) not in new]  # fmt: skip
+        rows += [r for r in earlier["runs"] if (r["recipe"], r["scale"]) not in new]
+        what = "; ".join(x for x in (earlier.get("what", ""), a.what) if x)  # keep provenance
     for r in rows:
         cfg = MODELS[r["kind"]].model_validate(r["config"])
         r["terms"] = cost.terms(r["kind"], cfg)
@@ -122,7 +131,7 @@ def main() -> None:
     if a.json:
         keep = [{k: r[k] for k in ("recipe", "scale", "name", "kind", "config", "seconds")}
                 for r in rows]  # fmt: skip
-        a.json.write_text(json.dumps({"what": a.what, "runs": keep}, indent=1) + "\n")
+        a.json.write_text(json.dumps({"what": what, "runs": keep}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -173,8 +173,9 @@ def compare(a: dict, b: dict) -> dict:
         for name in qa:
             x, y = qa[name], qb[name]
             if max(x.std(), y.std()) < 1e-6:
-                continue  # softmax's biases: still in SGD (shift invariance), moved by round-off
-                # or, with the exact drift, by its quadrature error (R_b ~ 5e-10: b ~ 5e-8 at t = 30)
+                # softmax's biases: still in SGD (shift invariance), moved by round-off or, with
+                # the exact drift, by its quadrature error (R_b ~ 5e-10: b ~ 5e-8 at t = 30)
+                continue
             rows.append(
                 {
                     "t": float(a["t"][k]),

@@ -240,3 +240,27 @@ def test_an_e7_horizon_table_names_activations_only():
     Params.model_validate({**base, "settings": [[3, 6, {"bayes_softmax": 2000}]]})
     with pytest.raises(ValidationError, match="softmax2"):
         Params.model_validate({**base, "settings": [[3, 6, {"softmax2": 2000}]]})
+    with pytest.raises(ValidationError, match=r"\(3, 6\) more than once.*fix: keep one entry"):
+        Params.model_validate({**base, "settings": [[3, 6], [2, 4], [3, 6, 900]]})
+
+
+def test_an_e7_partial_horizon_table_leaves_the_others_at_train_T(tmp_path):
+    """A table naming some activations: those run to its T, the others to the scale's train.T."""
+    import shutil
+
+    from headspec.apps.experiments.runner import experiments_dir
+
+    for f in experiments_dir().iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    toml = tmp_path / "e7_representation.toml"
+    old, new = (
+        "[scale.smoke]\nsettings = [[2, 4]]",
+        "[scale.smoke]\nsettings = [[2, 4, {bayes_softmax = 7.5}]]",
+    )
+    assert old in toml.read_text()
+    toml.write_text(toml.read_text().replace(old, new, 1))
+    horizons = {r.name: c.train.T for r, c in planned("E7", "smoke", folder=tmp_path)}
+    default = {c.train.T for _, c in planned("E7", "smoke")}
+    assert len(default) == 1 and 7.5 not in default
+    assert horizons["F2_H4_bayes_softmax"] == 7.5 == horizons["F2_H4_bayes_softmax_ode"]
+    assert horizons["F2_H4_softmax"] == horizons["F2_H4_softmax_ode"] == default.pop()

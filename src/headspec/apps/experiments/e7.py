@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from headspec.apps.experiments.base import Context, Run, _fmt
 from headspec.apps.experiments.claims import Claim, Tolerance
@@ -124,6 +124,19 @@ class Params(RecipeParams):
     pure: Cosine = Field(description="a head on an atom: cosine at least")
     ode_cos: Positive = Field(description="ODE vs simulation: final cosines within this")
 
+    @field_validator("settings")
+    @classmethod
+    def _distinct(cls, settings):
+        """Each (F, H) once: two entries would name the same runs (F{F}_H{H}_…)."""
+        seen = [tuple(x[:2]) for x in settings]
+        twice = sorted({fh for fh in seen if seen.count(fh) > 1})
+        if twice:
+            raise ValueError(
+                f"settings lists (F, H) = {', '.join(map(str, twice))} more than once (its runs "
+                "would share one name); fix: keep one entry per (F, H), with the horizon it needs"
+            )
+        return settings
+
 
 def _runs(ctx: Context) -> tuple[list[Run], dict, tuple[str, ...]]:
     """The simulations (one per F, H, activation), their (F, H, activation), and the overrides
@@ -185,12 +198,13 @@ def run(ctx: Context):
         "mean n_eff", "pure heads", "± ends of each feature", "groups over time (sim)",
         "ODE: same groups; max |Δcos_hf|",
     )  # fmt: skip
-    _claims(ctx, shapes, meta, p, S)
+    horizon = {name: float(sim.t.values[-1]) for name, (sim, _, _) in res.items()}
+    _claims(ctx, shapes, meta, p, S, horizon)
     _formation(ctx, res, meta, p)
     _figures(ctx, res, shapes, meta, [tuple(x)[:2] for x in p.settings], p)
 
 
-def _claims(ctx: Context, shapes: dict, meta: dict, p, S: int):
+def _claims(ctx: Context, shapes: dict, meta: dict, p, S: int, horizon: dict):
     D = ctx.config["task"]["D"]
     why_orth = (
         f"|cos| ≤ {p.orth} between the means of groups that are not the ± ends of one line, in "
@@ -215,7 +229,7 @@ def _claims(ctx: Context, shapes: dict, meta: dict, p, S: int):
         n_orth = sum(x["orthogonal"] for x in sh)
         n_combo = sum(x["combination"] for x in sh)
         n_pm = sum(x["pm_pairs"] for x in sh)
-        where = f"F = {F}, H = {H}, {LABEL[act]}"
+        where = f"F = {F}, H = {H}, {LABEL[act]}, T = {horizon[name]:g}"
         detail = (f"orthogonal {n_orth}/{S} seeds (median max |cos| "
                   f"{np.median([x['max_other'] for x in sh]):.2f}); combinations {n_combo}/{S} "
                   f"(median mean n_eff {_nanmedian([x['neff'] for x in sh]):.2f}); "

@@ -204,11 +204,20 @@ def read_outcomes(folder: str | Path) -> list[Outcome]:
 
 
 def _machine_text(env: dict) -> str:
-    """The header's ' on <CPU> (<n> cores); the runs took <h> CPU-hours', from ``env``."""
+    """The header's ' on <CPU> (<n> cores); the runs took <h> CPU-hours', from ``env`` (CPU
+    minutes below a tenth of an hour; every run in the data folder, reused ones included).
+
+    >>> _machine_text({"cpu": "Xeon", "cores": 2, "runs_cpu_s": 13810.2})
+    ' on Xeon (2 cores); the runs in its data folder took 3.84 CPU-hours'
+    >>> _machine_text({"runs_cpu_s": 47.0})
+    '; the runs in its data folder took 0.8 CPU-minutes'
+    """
     out = f" on {_md(env['cpu'])}" if env.get("cpu") else ""
     out += f" ({env['cores']} cores)" if env.get("cores") else ""
-    if env.get("runs_cpu_s"):
-        out += f"; the runs took {env['runs_cpu_s'] / 3600:.2f} CPU-hours"
+    cpu = env.get("runs_cpu_s")
+    if cpu:
+        amount = f"{cpu / 3600:.2f} CPU-hours" if cpu >= 360 else f"{cpu / 60:.1f} CPU-minutes"
+        out += f"; the runs in its data folder took {amount}"
     return out
 
 
