@@ -42,7 +42,8 @@ PER_UNIT: dict[str, float] = {
     # measured alone (three runs of E2's log-D law at D = 10⁶, T = 5–10, 4–8 seeds)
     "diffusion": 1.3e-7,  # per step × drift sample × token × (heads + features), per seed
     # measured alone: E2's overnight log-D run at D = 10⁶ (16 seeds, T = 80, n = 1024), 420 CPU-s,
-    # less what the terms above give it (2026-12-04)
+    # less what the terms above give it (2026-12-04); one point: other n (the η² term's score
+    # points grow with it, × H for the relabellings) and H are extrapolations
     "diffusion_exact": 5.5e-4,  # the exact drift: per step × token × pair of heads, per seed
     # not measured: the full engine is in no recipe (a guess from its speed, docs/engine-reduced)
     "full_token": 2.0e-9,  # per step × token × dimension × (heads + features) × batch, per seed

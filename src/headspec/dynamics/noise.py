@@ -234,6 +234,8 @@ def increment_moments(
     exact = isinstance(problem.method, Exact)
     if exact and resampled is not None:
         raise ValueError("an exact mean has no sampling noise to take out: use fixed samples")
+    if exact and not problem.eta2:  # ψ always has the η² term; f would lack it
+        raise ValueError("an exact mean needs the problem's η² term (eta2=True), as ψ has it")
     psi = jax.vmap(lambda th: _increments(state, problem, th, base, eta, eta_b, gram, exact))(
         points
     )  # (A, n, d), or a pair of them with an exact mean

@@ -233,7 +233,7 @@ class DiffusionOptions(StrictModel):
         "sampled",
         description="the mean increment: sampled, the base samples' average (its O(1/√n) error "
         "is a bias on plateaus: 2.9 % of dQ/dt on E1's common phase at D = 10⁴, n = 8192); "
-        "exact, the exact D → ∞ drift (theory.method = 'exact''s quadrature, its η² term on n "
+        "exact, the exact D → ∞ drift (the quadrature of theory.method = exact, its η² term on n "
         "score points) plus the finite-D correction averaged over the base samples with a "
         "control variate, error O(1/(D√n)) (the η² term's on n score points): 4e-4 of dQ/dt "
         "there at n = 1024, for a third of the default's cost per unit t "
@@ -279,7 +279,8 @@ class SimulateConfig(_RunConfig):
         data = handler(self)
         if isinstance(data, dict) and isinstance(self.init, RandomStart):
             data.pop("init", None)
-        if isinstance(data, dict) and self.diffusion.drift == "sampled":  # the same for drift
+        unused = self.diffusion.drift == "sampled" or self.train.engine != "diffusion"
+        if isinstance(data, dict) and unused:  # the same for drift (only the diffusion engine's)
             data.get("diffusion", {}).pop("drift", None)
         return data
 
