@@ -201,7 +201,7 @@ def run(ctx: Context):
     horizon = {name: float(sim.t.values[-1]) for name, (sim, _, _) in res.items()}
     _claims(ctx, shapes, meta, p, S, horizon)
     _formation(ctx, res, meta, p)
-    _figures(ctx, res, shapes, meta, [tuple(x)[:2] for x in p.settings], p)
+    _figures(ctx, res, shapes, meta, [tuple(x)[:2] for x in p.settings], p, horizon)
 
 
 def _claims(ctx: Context, shapes: dict, meta: dict, p, S: int, horizon: dict):
@@ -327,7 +327,7 @@ def _formation(ctx: Context, res: dict, meta: dict, p):
         ))  # fmt: skip
 
 
-def _figures(ctx: Context, res: dict, shapes: dict, meta: dict, settings, p):
+def _figures(ctx: Context, res: dict, shapes: dict, meta: dict, settings, p, horizon: dict):
     from matplotlib.figure import Figure
 
     acts = [a for a in ACTIVATIONS if any(m[2] == a for m in meta.values())]
@@ -390,7 +390,7 @@ def _figures(ctx: Context, res: dict, shapes: dict, meta: dict, settings, p):
         for ax in axes[:, j]:
             ax.set_xscale("log")
             # to the longest horizon of the setting (a table may give each activation its own T)
-            t_hi = max(float(res[f"F{F}_H{H}_{a}"][0].t.values[-1]) for a in acts)
+            t_hi = max(horizon[f"F{F}_H{H}_{a}"] for a in acts)
             ax.set_xlim(t_lo or t[pos][0], t_hi)
             ax.set_xlabel("t")
         axes[0, j].legend(fontsize="x-small")
