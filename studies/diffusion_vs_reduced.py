@@ -1,6 +1,6 @@
 """Diffusion engine vs the exact reduced engine: the law of finite-D training (issue 16).
 
-Setup: the escape-time study's E1-type problem (studies/escape_time.py): two softmax heads,
+Setup: the escape-time study's E1-type problem (headspec study escape_time): two softmax heads,
 L = 10, atoms 2.5·e₁ and 2.5·e₂ with p = 0.6/0.4, η = 3, T = 50 — the heads move together to the
 common phase and leave it at t_esc ≈ const + ln(D)/(2λ) (λ ≈ 0.147), so both the drift and the
 O(1/√D) fluctuations matter. For each D in (10³, 10⁴), 64 seeds with each engine (the same seed
@@ -43,7 +43,7 @@ TIMES = (2.0, 5.0, 10.0, 20.0, 30.0, 40.0, 50.0)
 N_BASE = 16384  # the drift is small on the common-phase plateau: 2048 samples bias dQ/dt by ~15 %
 # per D: horizon, base samples, head-cyclic (at D = 10⁴ the samples' O(1/√n) head asymmetry would
 # rival the O(1/√D) one unless head-cyclic; T = 30 there for this 2-core machine's budget: the
-# escape at D = 10⁴, t ≈ 40, is compared in studies/finite_size.py)
+# escape at D = 10⁴, t ≈ 40, is compared in headspec study finite_size)
 PLAN = {1000: {"T": 50.0, "n": 16384}, 10_000: {"T": 30.0, "n": 8192, "cyclic": True}}
 # fresh samples at every step (diffusion.resample): unbiased drift, n ≥ D·dt (dt = 0.1) suffices —
 # at D = 10⁴ n = 2048 puts half the noise in the drift's sampling error (D·dt/n = 0.49)

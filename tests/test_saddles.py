@@ -200,7 +200,7 @@ def test_ode_head_differences_scale_like_one_over_sqrt_d():
     drift samples treat the heads alike: with head-cyclic samples (chosen automatically for
     task.D > theory.n) the head difference at t = 8 shrinks 10× from D = 10⁴ to 10⁶, like the
     initial 1/√D differences (linear regime; within 5 %), while plain samples (n = 512) force a
-    difference of their own, O(1/√n), that does not shrink with D (studies/escape_time.py found
+    difference of their own, O(1/√n), that does not shrink with D (headspec study escape_time found
     the ODE's escape time flat in D for D ≥ 10⁴ because of this). The sampled drift (qmc) is the
     case: the exact method's η-linear part treats heads alike by construction."""
     from headspec.conventions.config import TheoryConfig, load_config

@@ -7,7 +7,8 @@ Modules: ``common`` (the app, consoles, errors, option types, progress bars), ``
 (figure formats and files), ``interrupts`` (Ctrl-C and SIGTERM: one line, exit 130 or 143), and
 one per command group, each registering its commands on ``app``
 when imported here: ``run`` (bayes, simulate, theory), ``analyse`` (compare, prune, plot),
-``saddles``, ``reproduce``, ``sweep`` (the sweep sub-commands).
+``saddles``, ``reproduce``, ``study`` (the studies of headspec.apps.studies), ``sweep`` (the
+sweep sub-commands).
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from headspec.apps.cli.common import app, out
 from headspec.apps.cli import run  # noqa: F401
 
 # isort: split
-from headspec.apps.cli import analyse, reproduce, saddles, sweep  # noqa: F401
+from headspec.apps.cli import analyse, reproduce, saddles, study, sweep  # noqa: F401
 
 __all__ = ["app", "main"]
 

@@ -79,10 +79,7 @@ def reproduce(
     OUT/data: running the same command again resumes, reusing each finished run whose config is
     unchanged.
     """
-    from headspec.apps.experiments import RECIPES, SCALES, TEST_SCALE, RecipeError
-    from headspec.apps.experiments import reproduce as run_all
-    from headspec.apps.experiments.claims import verdict_text
-    from headspec.apps.sweep import SweepError
+    from headspec.apps.experiments import RECIPES, SCALES, TEST_SCALE
 
     if scale not in (*SCALES, TEST_SCALE):
         fail(f"--scale {scale!r} is not known; fix: use quick, overnight or full")
@@ -101,9 +98,22 @@ def reproduce(
     if dry_run:
         _dry_run(scale, ids, out_dir, workers, scheduler)
         return
+    tls = [("--tls-ca-file", tls_ca_file), ("--tls-cert", tls_cert), ("--tls-key", tls_key)]
+    run_and_report(scale, out_dir, ids, scheduler, workers, security, tls)
+
+
+def run_and_report(scale: str, out_dir: Path, ids, scheduler, workers, security, tls,
+                   study: str | None = None) -> None:  # fmt: skip
+    """Run the recipes ``ids`` (all: None), or ``study`` alone, into ``out_dir`` with a progress
+    bar and one line per run; print the claims table. Exit 1 when an experiment failed.
+    ``tls``: (option, path) of the TLS files given, checked with the output paths."""
+    from headspec.apps.experiments import RECIPES, RecipeError
+    from headspec.apps.experiments import reproduce as run_all
+    from headspec.apps.experiments.claims import verdict_text
+    from headspec.apps.sweep import SweepError
+
     check_output_dir(out_dir, "--out")
     _check_report_folder(out_dir)
-    tls = [("--tls-ca-file", tls_ca_file), ("--tls-cert", tls_cert), ("--tls-key", tls_key)]
     managed = [(f"the report's {name}", out_dir / name) for name in (*REPORT_FILES, "data",
                "figures", "configs")]  # fmt: skip
     check_paths([], tls, managed)
@@ -111,7 +121,7 @@ def reproduce(
         on_interrupt(lambda: _kept(out_dir / "data")),
         progress_bar(counted("experiments"), eta=False) as bar,
     ):
-        job = bar.add_task("starting…", total=len(ids or RECIPES))
+        job = bar.add_task("starting…", total=1 if study else len(ids or RECIPES))
 
         def progress(exp_id, done, total):
             bar.update(job, completed=done, description=f"running {exp_id}" if exp_id else "done")
@@ -131,6 +141,7 @@ def reproduce(
                 workers=workers,
                 security=security,
                 log=log,
+                study=study,
             )
         except (SweepError, RecipeError) as e:
             bar.stop()

@@ -1,10 +1,10 @@
 """A recipe's typed parameters: one pydantic model per recipe, validated when its TOML is loaded.
 
 A recipe's TOML has an ``[experiment]`` table of parameters and ``[scale.<name>]`` overrides (a
-key there that is not a config section — task, model, train, record, theory — overrides the
-parameter). :func:`resolve` merges them for one scale and validates the result with the recipe's
-model (a subclass of :class:`RecipeParams`): an unknown key, a wrong type or a value out of bounds
-is a :class:`RecipeError` that names the file, the table, the field and the fix.
+key there that is not a config section — task, model, train, record, theory, diffusion —
+overrides the parameter). :func:`resolve` merges them for one scale and validates the result with
+the recipe's model (a subclass of :class:`RecipeParams`): an unknown key, a wrong type or a value
+out of bounds is a :class:`RecipeError` that names the file, the table, the field and the fix.
 
 Where a tolerance's bound was chosen after seeing a run's result, the TOML says so in the table
 ``[experiment.after_data]``: the parameter's name → what was seen (e.g. ``saddle_tol = "raised
@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from headspec.apps.experiments.claims import Tolerance
 
-CONFIG_SECTIONS = ("task", "model", "train", "record", "theory")
+CONFIG_SECTIONS = ("task", "model", "train", "record", "theory", "diffusion")
 
 # the types of many recipes' fields (each field adds its description)
 Count = Annotated[int, Field(ge=1)]  # seeds, samples: at least one

@@ -13,6 +13,11 @@ smoke reproduction ran exactly the planned runs, with the planned configs).
 The package imports every module named ``e<number>`` (:func:`load_all`), so adding a recipe is one
 module and one TOML: the runner, ``reproduce --only`` and the tests read :data:`RECIPES`, ordered
 by number (E1, E2, …, E10).
+
+Studies (:mod:`headspec.apps.studies`: longer measurements beside the paper's findings, run by
+``headspec study NAME``) are recipes of a second table, :data:`STUDIES`, registered by
+``@study("escape_time", "escape_time.toml", Params, plan=runs)``; their TOMLs are in that
+package's ``recipes/`` folder. The runner finds a name in either table.
 """
 
 from __future__ import annotations
@@ -36,16 +41,19 @@ _MODULE = re.compile(r"e\d+")
 class Recipe:
     """A registered recipe: ``id`` ("E1"), ``file`` (its TOML in ``recipes/``), ``run`` (the
     function of a :class:`~headspec.apps.experiments.base.Context`), ``params`` (its model) and
-    ``plan`` (the runs it asks for, without running them)."""
+    ``plan`` (the runs it asks for, without running them); ``package``: the package whose
+    ``recipes/`` folder holds ``file``."""
 
     id: str
     file: str
     run: Callable[[Context], None]
     params: type[RecipeParams] = RecipeParams
     plan: Callable[[Context], list[Run]] | None = None
+    package: str = "headspec.apps.experiments"
 
 
 RECIPES: dict[str, Recipe] = {}
+STUDIES: dict[str, Recipe] = {}  # filled by importing headspec.apps.studies
 
 
 def _number(exp_id: str) -> tuple[int, str]:
@@ -61,17 +69,33 @@ def recipe(
 ):
     """Register the decorated ``run(ctx)`` as recipe ``exp_id`` with TOML ``file`` (and ``plan``,
     the runs it asks for)."""
+    return _register(RECIPES, exp_id, file, params, plan, "headspec.apps.experiments")
 
+
+def study(
+    name: str,
+    file: str,
+    params: type[RecipeParams] = RecipeParams,
+    plan: Callable[[Context], list[Run]] | None = None,
+):
+    """Register the decorated ``run(ctx)`` as study ``name`` (TOML ``file`` in
+    ``headspec/apps/studies/recipes/``)."""
+    if name in RECIPES:
+        raise ValueError(f"study {name!r} has a recipe's name")
+    return _register(STUDIES, name, file, params, plan, "headspec.apps.studies")
+
+
+def _register(table: dict[str, Recipe], exp_id, file, params, plan, package):
     def register(run: Callable[[Context], None]):
-        old = RECIPES.get(exp_id)
+        old = table.get(exp_id)
         if old is not None and (old.run.__module__, old.run.__qualname__) != (
             run.__module__,
             run.__qualname__,
         ):  # fmt: skip  (a module reloaded registers the same function again)
             raise ValueError(f"recipe {exp_id} is registered twice ({old.run.__module__})")
-        RECIPES[exp_id] = Recipe(exp_id, file, run, params, plan)
-        for k in sorted(RECIPES, key=_number):  # keep the table in the order of the numbers
-            RECIPES[k] = RECIPES.pop(k)
+        table[exp_id] = Recipe(exp_id, file, run, params, plan, package)
+        for k in sorted(table, key=_number):  # keep the table in the order of the numbers
+            table[k] = table.pop(k)
         return run
 
     return register

@@ -103,15 +103,17 @@ def _md(text) -> str:
     return out.replace("\n", " ")
 
 
-def write_report(outcomes: list[Outcome], outdir: Path, scale: str, seconds: float) -> Path:
-    """report/index.md and report/index.html: claims table, figures, environment, configs."""
+def write_report(outcomes: list[Outcome], outdir: Path, scale: str, seconds: float,
+                 study: str | None = None) -> Path:  # fmt: skip
+    """report/index.md and report/index.html: claims table, figures, environment, configs
+    (``study``: the report of that study, ``headspec study NAME``, not of the reproduction)."""
     cfgdir = outdir / "configs"
     cfgdir.mkdir(parents=True, exist_ok=True)
     for o in outcomes:
         for name, c in o.configs.items():
             write_json_atomic(cfgdir / f"{o.id}_{name}.json", c)
     env = environment(outdir / "data")
-    md = markdown(outcomes, env, scale, seconds)
+    md = markdown(outcomes, env, scale, seconds, study)
     write_json_atomic(outdir / OUTCOMES, outcomes_json(outcomes, outdir, env, scale, seconds))
     write_text_atomic(outdir / "index.md", md)
     write_text_atomic(outdir / "index.html", to_html(md))
@@ -221,11 +223,13 @@ def _machine_text(env: dict) -> str:
     return out
 
 
-def markdown(outcomes: list[Outcome], env: dict, scale: str, seconds: float) -> str:
-    """The whole report as Markdown text."""
+def markdown(outcomes: list[Outcome], env: dict, scale: str, seconds: float,
+             study: str | None = None) -> str:  # fmt: skip
+    """The whole report as Markdown text (``study``: of that study, not the reproduction)."""
     held = sum(c.verdict is True for o in outcomes for c in o.claims)
     failed = sum(c.verdict is False for o in outcomes for c in o.claims)
-    md = [f"# headspec — reproduction of the paper's findings ({scale} scale)", ""]
+    what = f"study {study}" if study else "reproduction of the paper's findings"
+    md = [f"# headspec — {what} ({scale} scale)", ""]
     errors = sum(o.error is not None for o in outcomes)
     md += [f"{held} claim{' holds' if held == 1 else 's hold'}, {failed} do not, at this scale; "
            f"{errors} experiment{'' if errors == 1 else 's'} failed to run. "
@@ -259,7 +263,8 @@ def markdown(outcomes: list[Outcome], env: dict, scale: str, seconds: float) -> 
     md += [f"| {_md(k)} | {_md(v)} |" for k, v in env.items()]
     md += [
         "",
-        f"Re-run: `headspec reproduce --scale {scale}`; every config above can be re-run "
+        f"Re-run: `headspec {f'study {study}' if study else 'reproduce'} --scale {scale}`; "
+        "every config above can be re-run "
         "with `headspec simulate` / `headspec theory --config` after converting it to TOML.",
     ]
     return "\n".join(md) + "\n"

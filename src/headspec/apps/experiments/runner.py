@@ -23,7 +23,7 @@ from typing import Any
 
 from headspec.apps.experiments.base import Context, Outcome
 from headspec.apps.experiments.params import RecipeError, resolve
-from headspec.apps.experiments.registry import RECIPES, Recipe
+from headspec.apps.experiments.registry import RECIPES, STUDIES, Recipe
 from headspec.apps.experiments.report import write_report
 from headspec.core.precision import float64_context
 
@@ -39,14 +39,21 @@ def experiments_dir():
 
 def _recipe(exp_id: str) -> Recipe:
     # looked up at call time: replacing an entry of the registry (tests do) takes effect
-    if exp_id not in RECIPES:
-        raise RecipeError(f"no recipe {exp_id!r}; fix: use one of {', '.join(RECIPES)}")
-    return RECIPES[exp_id]
+    if exp_id in RECIPES:
+        return RECIPES[exp_id]
+    if exp_id in STUDIES:
+        return STUDIES[exp_id]
+    known = ", ".join([*RECIPES, *STUDIES])
+    raise RecipeError(f"no recipe or study {exp_id!r}; fix: use one of {known}")
 
 
 def load_spec(exp_id: str, folder=None) -> dict:
-    """The TOML of recipe ``exp_id`` (from ``folder``, default: the ones shipped)."""
-    with ((folder or experiments_dir()) / _recipe(exp_id).file).open("rb") as f:
+    """The TOML of recipe (or study) ``exp_id`` (from ``folder``, default: the ones shipped)."""
+    r = _recipe(exp_id)
+    if folder is None:  # the recipes' folder looked up at call time (tests replace it)
+        ours = r.package == "headspec.apps.experiments"
+        folder = experiments_dir() if ours else importlib.resources.files(r.package) / "recipes"
+    with (folder / r.file).open("rb") as f:
         return tomllib.load(f)
 
 
@@ -107,8 +114,12 @@ def reproduce(
     security: Any = None,
     log: Callable[[str], None] | None = None,
     folder: Path | None = None,
+    study: str | None = None,
 ) -> list[Outcome]:
     """Run every registered recipe (or ``only``) at a scale, write the report; the outcomes.
+
+    ``study``: run that study (:data:`~headspec.apps.experiments.registry.STUDIES`) alone and
+    write its report instead (``headspec study NAME``).
 
     Runs go to the Dask scheduler at ``scheduler`` (an address), else, at the quick and full
     scales, to a local cluster of ``workers`` single-threaded processes (default: one per core),
@@ -123,7 +134,7 @@ def reproduce(
     finished run stays in ``outdir/data``, no report is written, and the interrupt propagates."""
     from headspec.apps.sweep.cluster import available_cores, dask_client
 
-    ids = list(only or RECIPES)
+    ids = [study] if study else list(only or RECIPES)
     check(ids, scale, folder)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -143,7 +154,7 @@ def reproduce(
             outcomes = _concurrently(ids, scale, outdir, folder, client, log, progress)
     if progress:
         progress(None, len(ids), len(ids))
-    write_report(outcomes, outdir, scale, time.perf_counter() - t0)
+    write_report(outcomes, outdir, scale, time.perf_counter() - t0, study)
     return outcomes
 
 

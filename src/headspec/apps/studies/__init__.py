@@ -1,0 +1,14 @@
+"""Studies: longer measurements beside the paper's findings, run by ``headspec study NAME``.
+
+A study is a recipe of a second registry (:data:`STUDIES`, filled by ``@study`` in each module
+here): typed parameters in its TOML (``recipes/<name>.toml``), runs through the same
+:class:`~headspec.apps.experiments.base.Context` as E1–E8 (reused by their full resolved config,
+provenance recorded, on a Dask cluster), claims as data, figures and a report in its own folder
+(default ``studies/out/<name>``). Modules: ``escape`` (t_esc and its statistics, shared),
+``escape_time`` and ``finite_size`` (the studies).
+"""
+
+from headspec.apps.experiments.registry import STUDIES
+from headspec.apps.studies import escape_time, finite_size  # noqa: F401  (they register)
+
+__all__ = ["STUDIES"]
