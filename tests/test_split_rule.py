@@ -98,7 +98,7 @@ def test_the_rule_and_the_labels_live_once():
              ROOT / "src/headspec/apps/experiments/e6.py",
              ROOT / "src/headspec/dynamics/saddles.py",
              ROOT / "src/headspec/conventions/saddles.py",
-             ROOT / "studies/e6_classification.py"]  # fmt: skip
+             ROOT / "src/headspec/apps/studies/e6_classification.py"]  # fmt: skip
     for path in users:
         assert not (_defined(path) & own), (path.name, _defined(path) & own)
         text = path.read_text(encoding="utf-8")

@@ -1,7 +1,7 @@
 """How heads split between directions, and what kind of fixed point holds them: the one place of
 the split labels, the group projection and the stable/saddle/marginal rule (used by the E6
-recipe, ``studies/e6_classification.py``, :class:`~headspec.dynamics.saddles.Saddle` and so
-``headspec saddles``).
+recipe, the study ``headspec study e6_classification``,
+:class:`~headspec.dynamics.saddles.Saddle` and so ``headspec saddles``).
 
 Split labels. A head's label is the atom it sits on (:func:`head_labels`:
 :func:`~headspec.dynamics.analysis.best_atom` — cosine ≥ ``min_cos`` and ahead of the runner-up

@@ -5,10 +5,11 @@ here): typed parameters in its TOML (``recipes/<name>.toml``), runs through the 
 :class:`~headspec.apps.experiments.base.Context` as E1–E8 (reused by their full resolved config,
 provenance recorded, on a Dask cluster), claims as data, figures and a report in its own folder
 (default ``studies/out/<name>``). Modules: ``escape`` (t_esc and its statistics, shared),
-``escape_time`` and ``finite_size`` (the studies).
+``escape_time``, ``finite_size`` and ``e6_classification`` (the studies; importing
+them registers them).
 """
 
 from headspec.apps.experiments.registry import STUDIES
-from headspec.apps.studies import escape_time, finite_size  # noqa: F401  (they register)
+from headspec.apps.studies import e6_classification, escape_time, finite_size  # noqa: F401
 
 __all__ = ["STUDIES"]
