@@ -15,8 +15,8 @@ Example (a head difference growing like e^{t/2} from 10⁻³ after the common ph
     >>> t = np.linspace(0, 20, 81)
     >>> M = np.zeros((1, t.size, 2, 2)); M[0, :, 0, 0] = 1e-3 * np.exp(t / 2)
     >>> Q = np.ones((1, t.size, 2, 2)); Q[0, :4, 0, 1] = 0.5
-    >>> round(float(escape_times(t, M, Q)["dM"][0]), 2)  # 2 ln(500) = 12.43
-    12.43
+    >>> escape_times(t, M, Q)["dM"].round(2)  # 2 ln(500) = 12.43
+    array([12.43])
 """
 
 from __future__ import annotations
