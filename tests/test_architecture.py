@@ -8,6 +8,7 @@ past the size one person can read in one sitting.
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -88,3 +89,25 @@ def test_no_import_cycles():
 def test_modules_stay_readable(path):
     """One concern per module: none over 500 lines (docs/architecture.md)."""
     assert len(path.read_text().splitlines()) <= 500
+
+
+def _registered_runs():
+    """Every registered ``run`` of a recipe or a study (decorated ``@recipe`` or ``@study``)."""
+    for path in sorted((SRC / "apps").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef) and any(
+                isinstance(d, ast.Call) and getattr(d.func, "id", "") in ("recipe", "study")
+                for d in node.decorator_list
+            ):
+                yield path, node
+
+
+def test_recipes_and_studies_stay_short():
+    """A recipe's or study's ``run`` reads in one screen (≤ 80 lines: helpers carry the rest), and
+    a study, a module of apps/studies or a script of studies/, stays ≤ 300 lines (issue 30)."""
+    found = list(_registered_runs())
+    assert len(found) >= 11, [p.name for p, _ in found]  # E1–E8 and the three studies
+    for path, node in found:
+        assert node.end_lineno - node.lineno + 1 <= 80, (path.name, node.name)
+    for path in [*(SRC / "apps/studies").glob("*.py"), *(ROOT / "studies").glob("*.py")]:
+        assert len(path.read_text().splitlines()) <= 300, path.name

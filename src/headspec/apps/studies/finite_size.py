@@ -99,6 +99,27 @@ def run(ctx: Context):
                 detail=f"{r['n']} seeds, {r['n_censored']} censored",
             )
         )
+    _table(ctx, rows)
+    reduced = _reduced(ctx)
+    _figure(ctx, rows, fit, pred, reduced)
+    from headspec.conventions.io import write_json_atomic
+
+    write_json_atomic(
+        ctx.outdir / "finite_size.json",
+        escape.plain(
+            {
+                "rate": rate,
+                "predicted_slope": pred,
+                "rows": rows,
+                "fit_median": fit,
+                "reduced": reduced,
+            }
+        ),
+    )
+
+
+def _table(ctx: Context, rows: list[dict]) -> None:
+    """Per D: horizon, median and mean t_esc, spread, quantiles, censored seeds, wall time."""
     ctx.outcome.table_header = (
         "D",
         "T",
@@ -122,22 +143,6 @@ def run(ctx: Context):
         )
         for r in rows
     ]
-    reduced = _reduced(ctx)
-    _figure(ctx, rows, fit, pred, reduced)
-    from headspec.conventions.io import write_json_atomic
-
-    write_json_atomic(
-        ctx.outdir / "finite_size.json",
-        escape.plain(
-            {
-                "rate": rate,
-                "predicted_slope": pred,
-                "rows": rows,
-                "fit_median": fit,
-                "reduced": reduced,
-            }
-        ),
-    )
 
 
 def _reduced(ctx: Context) -> list[dict]:
