@@ -26,6 +26,24 @@ from headspec.apps.cli.common import (
 )
 from headspec.apps.cli.interrupts import on_interrupt
 
+# the options `reproduce` and `study` share: where the runs go
+RecipeSchedulerOpt = Annotated[
+    str | None,
+    scheduler_option(
+        " and, for the ODE started from a simulation, this folder",
+        "a local cluster, one worker per core",
+    ),
+]
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        "-w",
+        min=1,
+        help="Size of the local Dask cluster (default: one per core; 1: in this process).",
+    ),
+]
+
 
 @app.command()
 def reproduce(
@@ -42,25 +60,11 @@ def reproduce(
     only: Annotated[
         str | None, typer.Option("--only", help="Comma-separated experiments, e.g. E1,E3.")
     ] = None,
-    scheduler: Annotated[
-        str | None,
-        scheduler_option(
-            " and, for the ODE started from a simulation, this folder",
-            "a local cluster, one worker per core",
-        ),
-    ] = None,
+    scheduler: RecipeSchedulerOpt = None,
     tls_ca_file: TlsCaFileOpt = None,
     tls_cert: TlsCertOpt = None,
     tls_key: TlsKeyOpt = None,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            "--workers",
-            "-w",
-            min=1,
-            help="Size of the local Dask cluster (default: one per core; 1: in this process).",
-        ),
-    ] = None,
+    workers: WorkersOpt = None,
     dry_run: Annotated[
         bool,
         typer.Option(

@@ -17,9 +17,8 @@ from headspec.apps.cli.common import (
     check_scheduler_options,
     fail,
     out,
-    scheduler_option,
 )
-from headspec.apps.cli.reproduce import run_and_report
+from headspec.apps.cli.reproduce import RecipeSchedulerOpt, WorkersOpt, run_and_report
 
 STUDY_SCALES = ("full", "smoke")  # a study's own scale; smoke: tiny sizes, for tests
 
@@ -42,25 +41,11 @@ def study(
         Path | None,
         typer.Option("--out", "-o", help="Report folder (default: studies/out/NAME)."),
     ] = None,
-    scheduler: Annotated[
-        str | None,
-        scheduler_option(
-            " and, for the ODE started from a simulation, this folder",
-            "a local cluster, one worker per core",
-        ),
-    ] = None,
+    scheduler: RecipeSchedulerOpt = None,
     tls_ca_file: TlsCaFileOpt = None,
     tls_cert: TlsCertOpt = None,
     tls_key: TlsKeyOpt = None,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            "--workers",
-            "-w",
-            min=1,
-            help="Size of the local Dask cluster (default: one per core; 1: in this process).",
-        ),
-    ] = None,
+    workers: WorkersOpt = None,
 ):
     """Run a study (a longer measurement beside the paper's findings) and write its report.
 
