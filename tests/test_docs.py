@@ -258,8 +258,8 @@ def test_every_page_is_in_the_site_navigation():
 
 def test_moved_figure_is_the_studys():
     """The finite-size figure of docs/engine-diffusion.md is a copy (the site holds only docs/) of
-    what studies/finite_size.py draws: re-copy it after re-running the study."""
-    study = ROOT / "studies" / "out" / "finite_size.png"
+    what `headspec study finite_size` draws: re-copy it after re-running the study."""
+    study = ROOT / "studies" / "out" / "finite_size" / "figures" / "finite_size_t_esc.png"
     assert (DOCS / "figures" / "finite_size.png").read_bytes() == study.read_bytes()
 
 
