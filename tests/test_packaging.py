@@ -51,6 +51,9 @@ def test_wheel_carries_the_recipes_and_runs_outside_the_repository(wheel_site, t
         "assert pathlib.Path(headspec.__file__).is_relative_to(site), headspec.__file__\n"
         "names = {p.name for p in experiments_dir().iterdir()}\n"
         "assert len(RECIPES) >= 7 and {r.file for r in RECIPES.values()} <= names, names\n"
+        "from headspec.apps.studies import STUDIES\n"
+        "from headspec.apps.experiments.runner import check\n"
+        "check(list(STUDIES), 'full')  # the studies' TOMLs ship too, and validate\n"
         "print('ok', len(names))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(wheel_site)}
