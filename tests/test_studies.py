@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from headspec.apps.cli import app
-from headspec.apps.experiments import RECIPES
+from headspec.apps.experiments import RECIPES, RecipeError, reproduce
 from headspec.apps.experiments.runner import check
 from headspec.apps.studies import STUDIES, escape
 
@@ -80,13 +80,19 @@ def test_log_d_slope_skips_points_without_a_finite_value_or_se():
     assert escape.log_d_slope([100, 1000], [1.0, np.nan], [1, 1]) is None
 
 
-def test_a_slope_claim_holds_within_k_combined_se_and_fails_beyond():
-    pred = (3.40, 0.10)
-    near = escape.slope_claim("s.x", "law", {"slope": 3.6, "slope_se": 0.2}, pred, 3.0)
-    far = escape.slope_claim("s.x", "law", {"slope": 4.4, "slope_se": 0.2}, pred, 3.0)
+def test_a_slope_claim_holds_within_k_combined_se_and_fails_beyond_or_when_too_weak():
+    pred, Ds = (3.40, 0.10), [100, 1000, 10000]
+
+    def claim(slope, se, dims=Ds):
+        return escape.slope_claim("s.x", "law", {"slope": slope, "slope_se": se, "Ds": dims},
+                                  pred, 3.0, "a fit")  # fmt: skip
+
+    near, far = claim(3.6, 0.2), claim(4.4, 0.2)
     assert near.verdict is True and far.verdict is False  # |1.0| > 3·√(0.2² + 0.1²) = 0.67
-    assert near.se == pytest.approx(np.hypot(0.2, 0.1))
-    assert escape.slope_claim("s.x", "law", None, pred, 3.0).verdict is False  # nothing fitted
+    assert near.all_of[0].se == pytest.approx(np.hypot(0.2, 0.1))
+    assert claim(4.4, 2.0).verdict is False  # agrees only because the s.e. is huge: too weak
+    assert claim(3.6, 0.2, [100, 1000]).verdict is False  # two D: no line to check
+    assert escape.slope_claim("s.x", "law", None, pred, 3.0, "a fit").verdict is False
 
 
 def test_power_of_ten_text():
@@ -95,7 +101,9 @@ def test_power_of_ten_text():
 
 def test_studies_are_their_own_registry_and_their_tomls_validate():
     assert set(STUDIES) == set(EXTRA_CONFIGS)
-    assert not set(STUDIES) & set(RECIPES)  # `reproduce` runs the recipes, never a study
+    assert not set(STUDIES) & set(RECIPES)
+    with pytest.raises(RecipeError, match="is a study"):  # never in the paper's report
+        reproduce(scale="smoke", outdir="unused", only=["E1", "finite_size"])
     for name in STUDIES:
         check([name], "full")
         check([name], "smoke")

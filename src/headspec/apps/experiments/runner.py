@@ -135,6 +135,12 @@ def reproduce(
     from headspec.apps.sweep.cluster import available_cores, dask_client
 
     ids = [study] if study else list(only or RECIPES)
+    named = [] if study else [i for i in ids if i in STUDIES]  # never in the paper's report
+    if named:
+        raise RecipeError(
+            f"{named[0]!r} is a study, not one of the paper's experiments; fix: "
+            f"run it with headspec study {named[0]} (reproduce(study=...))"
+        )
     check(ids, scale, folder)
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)

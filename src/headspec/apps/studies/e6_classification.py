@@ -100,28 +100,30 @@ def run(ctx: Context):
 
 
 def _trap_claim(ctx: Context, cid: str, m, p: Params, cells: dict[str, str]) -> None:
-    """Softmax's 3:1 on the flipped spike is no saddle: no mode grows (none with Re λ above
-    ``stable_k`` s.e.: the paper's rearrangement needs one) and its leading rate is clearly below
-    0. Modes within the s.e. of 0 (a "marginal" kind) are counted in the detail."""
+    """Softmax's 3:1 on the flipped spike is no saddle: no mode grows beyond ``stable_k`` s.e.
+    (the paper's rearrangement needs one) and its leading rate is clearly below 0. Modes within
+    the s.e. of 0 (a "marginal" kind) are counted in the detail: not ruled out as growing."""
     x = m.sel(split="3:1")
     why = (f"the rule of dynamics.splits: a mode grows when its Re λ exceeds {p.stable_k:g} s.e. "
            "(over the drift's samples); misplaced heads can only leave a split along such a "
            "mode. The splits: " + "; ".join(f"{k} {v}" for k, v in cells.items()))  # fmt: skip
     parts = (
-        Claim(f"{cid}.trap.unstable", "no mode grows", "modes with Re λ > "
-              f"{p.stable_k:g} s.e. at the 3:1 fixed point", int(x.n_unstable),
+        Claim(f"{cid}.trap.unstable", f"no mode grows beyond {p.stable_k:g} s.e.",
+              f"modes with Re λ > {p.stable_k:g} s.e. at the 3:1 fixed point", int(x.n_unstable),
               tolerance=Tolerance("at_most", 0.0, why=why)),
         Claim(f"{cid}.trap.rate", "the leading mode decays", "leading non-zero eigenvalue (real "
               "part) at the 3:1 fixed point", float(x.lead_rate), float(x.lead_se),
               Tolerance("below", 0.0, k=p.stable_k, why="the largest Re λ clearly below 0")),
     )  # fmt: skip
     ctx.claim(Claim(f"{cid}.trap", "softmax, flipped spike: the uneven split 3:1 is no saddle of "
-                    "the ODE (no mode grows), so misplaced heads stay: the paper's "
+                    f"the ODE (no mode grows beyond {p.stable_k:g} s.e.; modes within them of 0 "
+                    "are counted below), so misplaced heads stay: the paper's "
                     f"rearrangement does not happen at a = {p.a:g}, η = {float(m.eta):g}",
                     "the Jacobian's non-zero modes at the 3:1 fixed point (full drift)",
                     all_of=parts, detail=f"3:1: {cells['3:1']}; kind {x.kind.values} "
-                    f"({int(x.n_marginal)} modes within {p.stable_k:g} s.e. of 0, all below the "
-                    "leading one)"))  # fmt: skip
+                    f"({int(x.n_marginal)} modes within {p.stable_k:g} s.e. of 0, their point "
+                    "estimates all below the leading one: a growing one among them is not ruled "
+                    "out at this precision)"))  # fmt: skip
 
 
 def _figure(ctx: Context, done: dict, splits: tuple[str, ...]) -> None:

@@ -27,7 +27,7 @@ class Params(RecipeParams):
     ode_seeds: Count = Field(16, description="seeds of each ODE run")
     T_sim: Positive = Field(60.0, description="SGD horizon")
     T_ode: Positive = Field(75.0, description="ODE horizon")
-    record_dt: Positive = Field(0.25, description="record spacing")
+    record_dt: Positive = Field(0.25, description="record spacing (T/dt + 1 points)")
     ode_n: Count = Field(1024, description="drift samples of the plain ODE route")
     odec_n: Count = Field(512, description="drift samples (× H) of the head-cyclic ODE route")
     rate_n: Count = Field(4096, description="samples (× H) of the fixed point's Jacobian")
@@ -42,7 +42,7 @@ ROUTES = {
 }
 
 
-def _points(T: float, dt: float) -> int:
+def _points(T: float, dt: float) -> int:  # the script's grid (spacing ≈ dt): the docs' runs
     return round(T / dt) + 1
 
 
@@ -88,7 +88,7 @@ def runs(ctx: Context) -> list[Run]:
             "task.D=1000",
             "seeds=1",
             f"train.T={T}",
-            f"record.points={_points(T, min(p.local_times))}",
+            f"record.points={round(T / min(p.local_times))}",  # t = 5, 10, …: the local times
             "theory.init={kind='symmetric'}",
             f"theory.n={p.rate_n}",
         ),
@@ -188,6 +188,7 @@ def _claims(ctx: Context, rate, pred, pred_own, fits, paired) -> None:
             fits["sim/all"],
             pred,
             p.slope_k,
+            "from a weighted line through the per-D medians' bootstrap s.e.",
         )
     )
     ctx.claim(
@@ -195,9 +196,10 @@ def _claims(ctx: Context, rate, pred, pred_own, fits, paired) -> None:
             f"{cid}.slope.odec",
             "In the head-cyclic ODE from the finite-D initial "
             "law, t_esc grows like ln(D)/(2λ) (paired slope; λ of its own samples)",
-            paired["odec"],
+            paired["odec"] and {**paired["odec"], "Ds": list(p.ode_dims)},
             pred_own,
             p.slope_k,
+            "over seeds: each seed's least-squares slope against ln D",
         )
     )
     for key, text, f in (

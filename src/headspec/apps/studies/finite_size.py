@@ -86,9 +86,11 @@ def run(ctx: Context):
             fit,
             pred,
             p.slope_k,
+            "from a weighted line through the per-D medians' bootstrap s.e.; the seeds' shared "
+            "start correlates the medians across D, which it ignores (χ²/dof in the detail)",
         )
     )
-    lo, hi = rows[0], rows[-1]
+    lo, hi = min(rows, key=lambda r: r["D"]), max(rows, key=lambda r: r["D"])
     for key, r in (("spread_low", lo), ("spread_high", hi)):
         ctx.claim(
             Claim(
@@ -101,7 +103,6 @@ def run(ctx: Context):
         )
     _table(ctx, rows)
     reduced = _reduced(ctx)
-    _figure(ctx, rows, fit, pred, reduced)
     from headspec.conventions.io import write_json_atomic
 
     write_json_atomic(
@@ -116,6 +117,7 @@ def run(ctx: Context):
             }
         ),
     )
+    _figure(ctx, rows, fit, pred, reduced)
 
 
 def _table(ctx: Context, rows: list[dict]) -> None:
@@ -155,7 +157,7 @@ def _reduced(ctx: Context) -> list[dict]:
     return [
         {"D": r["D"], "median": r["dM"]["median"], "median_se": r["dM"]["median_se"]}
         for r in rows
-        if r["dM"]["median"] is not None
+        if r["dM"]["median"] is not None and r["dM"]["median_se"] is not None  # JSON null: NaN
     ]
 
 
