@@ -242,8 +242,8 @@ class Claim:
             "id": self.id,
             "statement": self.statement,
             "measure": self.measure,
-            "value": _json_number(self.value),
-            "se": _json_number(self.se),
+            "value": json_number(self.value),
+            "se": json_number(self.se),
             "unit": self.unit,
             "verdict": self.verdict,
             "check": self.reason,
@@ -272,7 +272,12 @@ def verdict_text(v: bool | None) -> str:
     return "yes" if v is True else ("NO" if v is False else "—")
 
 
-def _json_number(x: float) -> Any:
+def json_number(x: float) -> Any:
+    """A float for plain JSON: NaN as null, ±∞ as the text "inf" / "-inf" (JSON holds neither).
+
+    >>> json_number(float("nan")), json_number(float("-inf")), json_number(2.5)
+    (None, '-inf', 2.5)
+    """
     if math.isnan(x):
         return None
     return x if math.isfinite(x) else ("inf" if x > 0 else "-inf")

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from headspec.apps.experiments.claims import Claim, Tolerance, value_se
+from headspec.apps.experiments.claims import Claim, Tolerance, json_number, value_se
 from headspec.core.stats import censored_median, weighted_line
 
 if TYPE_CHECKING:
@@ -272,12 +272,12 @@ def slope_claim(
 
 
 def plain(x):
-    """NumPy values as JSON-ready Python numbers (NaN → None, ±∞ → text)."""
+    """NumPy values as JSON-ready Python numbers (floats by
+    :func:`~headspec.apps.experiments.claims.json_number`: NaN → null, ±∞ → text)."""
     if isinstance(x, dict):
         return {str(k): plain(v) for k, v in x.items()}
     if isinstance(x, list | tuple | np.ndarray):
         return [plain(v) for v in x]
     if isinstance(x, float | np.floating):
-        x = float(x)
-        return None if np.isnan(x) else (x if np.isfinite(x) else str(x))
+        return json_number(float(x))
     return x.item() if isinstance(x, np.generic) else x
