@@ -140,6 +140,26 @@ def test_exact_drift_with_fresh_samples_is_refused():
         _engine(1000, 0.1, base, 1.0, resample=True, exact=ode.Exact(base))
 
 
+def test_eta2_score_points_are_their_own_setting():
+    """diffusion.eta2_n sets the exact drift's η² score points apart from the base samples n
+    (default: n, and then left out of the dump: older configs keep their hashes); given
+    without the exact drift it is refused, naming the field and the fix."""
+    from headspec.conventions import build
+    from headspec.conventions.config import SimulateConfig, load_config
+    from headspec.conventions.config.base import ConfigError
+
+    over = ["train.engine='diffusion'", "task.D=1000", "diffusion.drift='exact'", "diffusion.n=64"]
+    plain = load_config(SimulateConfig, overrides=over)
+    assert "eta2_n" not in plain.model_dump(mode="json")["diffusion"]
+    assert build.engine(plain).exact.scores.n == 64
+    more = load_config(SimulateConfig, overrides=[*over, "diffusion.eta2_n=256"])
+    assert more.model_dump(mode="json")["diffusion"]["eta2_n"] == 256
+    assert build.engine(more).exact.scores.n == 256
+    assert build.engine(more).base.n == 64
+    with pytest.raises(ConfigError, match=r"diffusion\.eta2_n = 256.*fix: remove"):
+        load_config(SimulateConfig, overrides=["task.D=1000", "diffusion.eta2_n=256"])
+
+
 def _moments_mc(n, D, L=10, lr=3.0):
     """Sampled moments at ``_state()`` on n plain Monte-Carlo samples (independent of Sobol's)."""
     base = BaseSamples.draw(jax.random.key(77), LAW, L, 2, n)

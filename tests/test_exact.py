@@ -316,3 +316,23 @@ def test_states_share_one_compiled_program():
         M, Q, b = common_phase(2, [0.6, 0.4], scale=s)
         exact_risk(M, Q, b, Softmax1(), law, 4)
     assert ex._exact_risk._cached._cache_size() - before <= 1
+
+
+def test_vmap_over_states_keeps_each_state_on_its_own_branch():
+    """vmap over states (seeds) gives the looped values, risk and gradient, and the quadrature's
+    branch on each token's score spread stays a lax.cond: a select would evaluate both branches
+    for every state (what the diffusion engine's seeds once paid; quadrature._per_token)."""
+    law = LAW2
+    states = [common_phase(2, [0.6, 0.4], scale=0.5), grouped([[1.0, 0.2], [0.1, 1.3]])]
+    M, Q, b = (jnp.stack(x) for x in zip(*states, strict=True))  # (2, …): one singular Q
+    risk = lambda M, Q, b: exact_risk(M, Q, b, Softmax(), law, 4).mean  # noqa: E731
+    both = jax.jit(jax.vmap(jax.value_and_grad(risk, argnums=(0, 1))))
+    r, (gM, gQ) = both(M, Q, b)
+    for i, s in enumerate(states):
+        ri, (gMi, gQi) = jax.value_and_grad(risk, argnums=(0, 1))(*s)
+        np.testing.assert_allclose(r[i], ri, rtol=1e-12)
+        np.testing.assert_allclose(gM[i], gMi, rtol=1e-10, atol=1e-14)
+        np.testing.assert_allclose(gQ[i], gQi, rtol=1e-10, atol=1e-14)
+    one = str(jax.make_jaxpr(risk)(*states[0])).count("cond[")
+    batched = str(jax.make_jaxpr(jax.vmap(risk))(M, Q, b)).count("cond[")
+    assert batched == one > 0  # every branch survives batching

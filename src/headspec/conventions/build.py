@@ -71,9 +71,9 @@ def engine(cfg, schedule_fn: Callable | None = None) -> Engine:
         key = jax.random.fold_in(jax.random.key(opts.sample_seed), 0x6772)  # "gr"
         gram = gram_rest(key, base.n // copies, L, D, law.F + H, copies)
         exact = None
-        if opts.drift == "exact":  # the η² term on n score points, averaged over relabellings
-            exact = Exact(base, scores=ScoreSamples.rqmc(opts.sample_seed, L, H, opts.n),
-                          cyclic=True)  # fmt: skip
+        if opts.drift == "exact":  # the η² term on eta2_n (or n) score points, averaged over
+            n2 = opts.n if opts.eta2_n is None else opts.eta2_n  # the heads' relabellings
+            exact = Exact(base, scores=ScoreSamples.rqmc(opts.sample_seed, L, H, n2), cyclic=True)
         extra = {"base": base, "gram": gram, "dt": opts.dt, "solver": opts.solver,
                  "horizon": cfg.train.T, "resample": opts.resample, "orbit": copies,
                  "noise_factor": opts.noise_factor, "exact": exact}  # fmt: skip

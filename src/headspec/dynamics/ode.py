@@ -163,9 +163,10 @@ def _integrate_in_chunks(y0, ts, args, rtol, atol, max_steps, fail_t, record) ->
 
 @eqx.filter_jit
 def _stretch(y, t0, ts, args, rtol, atol, max_steps):
-    """Every seed's state at the times ``ts`` (c,) from t0, one seed after another (under vmap
-    the quadrature's lax.conds would evaluate both branches: ~10× slower); returns states with a
-    time axis (S, c, …), ok (S, c) and steps (S,)."""
+    """Every seed's state at the times ``ts`` (c,) from t0, one seed after another, each with
+    its own adaptive steps (vmapped, every seed would take as many steps as the slowest; with
+    the exact drift both cost the same, measured: H = 2, 4 seeds); returns states with a time
+    axis (S, c, …), ok (S, c) and steps (S,)."""
     import diffrax
 
     def one(y):

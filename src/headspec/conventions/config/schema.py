@@ -233,12 +233,19 @@ class DiffusionOptions(StrictModel):
         "sampled",
         description="the mean increment: sampled, the base samples' average (its O(1/√n) error "
         "is a bias on plateaus: 2.9 % of dQ/dt on E1's common phase at D = 10⁴, n = 8192); "
-        "exact, the exact D → ∞ drift (the quadrature of theory.method = exact, its η² term on n "
-        "score points) plus the finite-D correction averaged over the base samples with a "
-        "control variate, error O(1/(D√n)) (the η² term's on n score points): 4e-4 of dQ/dt "
-        "there at n = 1024, for a third of the default's cost per unit t "
+        "exact, the exact D → ∞ drift (the quadrature of theory.method = exact, its η² term on "
+        "eta2_n score points) plus the finite-D correction averaged over the base samples with "
+        "a control variate, error O(1/(D√n)) (and the η² term's): 4e-4 of dQ/dt there at "
+        "n = 1024, for a third of the default's cost per unit t "
         "(benchmarks/bench_diffusion_mean.py). The noise comes from the samples either way. Not "
         "with resample",
+    )
+    eta2_n: Annotated[int, Strict(), Field(ge=2)] | None = Field(
+        None,
+        description='score points of the exact drift\'s η² term (diffusion.drift = "exact" '
+        "only); default: n. Its error is the exact drift's largest on plateaus: 4.2e-4 of dQ/dt "
+        "on E1's common phase at 1024, 1.1e-4 at 8192 for 2.3× the cost per evaluation "
+        "(benchmarks/bench_diffusion_mean.py)",
     )
     noise_factor: float = Field(
         1.0,
@@ -282,6 +289,8 @@ class SimulateConfig(_RunConfig):
         unused = self.diffusion.drift == "sampled" or self.train.engine != "diffusion"
         if isinstance(data, dict) and unused:  # the same for drift (only the diffusion engine's)
             data.get("diffusion", {}).pop("drift", None)
+        if isinstance(data, dict) and data.get("diffusion", {}).get("eta2_n", 0) is None:
+            data["diffusion"].pop("eta2_n")  # left at its default (n): the older dumps' meaning
         return data
 
     @model_validator(mode="after")
@@ -314,6 +323,12 @@ class SimulateConfig(_RunConfig):
         if self.train.engine == "diffusion" and self.diffusion.resample:
             _check_resample(self.diffusion, D)
         exact = self.train.engine == "diffusion" and self.diffusion.drift == "exact"
+        if self.diffusion.eta2_n is not None and not exact:
+            raise ValueError(
+                f"diffusion.eta2_n = {self.diffusion.eta2_n} sets the score points of the exact "
+                'drift\'s η² term, and this run has none (it needs train.engine = "diffusion" '
+                'and diffusion.drift = "exact"); fix: remove diffusion.eta2_n, or set those two'
+            )
         if exact and self.model.activation == "bayes_softmax" and H >= 4:
             raise ValueError(
                 f'diffusion.drift = "exact" cannot integrate Bayes-softmax with model.H = {H} '

@@ -291,12 +291,7 @@ class DiffusionEngine(Engine):
             fail = jnp.where(fresh, at, fail)
             return (*new, fail, check)
 
-        if self.exact is None:
-            return DiffusionState(*jax.vmap(one)(*state, train_keys))
-        # the exact drift: one seed after another. Under vmap the quadrature's branch on each
-        # seed's own score spread (lax.cond in core.quadrature) would become a select that
-        # computes both branches for every seed: measured 3.4× slower (H = 2, D = 10⁴)
-        return DiffusionState(*jax.lax.map(lambda a: one(*a), (*state, train_keys)))
+        return DiffusionState(*jax.vmap(one)(*state, train_keys))
 
     @float64
     @eqx.filter_jit
