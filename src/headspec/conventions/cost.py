@@ -72,7 +72,7 @@ def terms(kind: str, cfg) -> dict[str, float]:
             n = _sobol_n(opts.n) if opts.sampler == "sobol" else opts.n
             steps = S * cfg.train.T / opts.dt
             out["diffusion"] = steps * n * A * width
-            if opts.drift == "exact":  # the quadrature, per step and seed (one seed at a time)
+            if opts.drift == "exact":  # the quadrature, per step and seed
                 out["diffusion_exact"] = steps * L * H * H
         else:
             steps = cfg.train.T * cfg.task.D / B

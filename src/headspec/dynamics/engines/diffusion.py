@@ -66,7 +66,7 @@ Base samples, three ways:
   with a control variate (:func:`~headspec.dynamics.noise.increment_moments`), whose error is
   O(1/(D√n)): on E1's plateau at D = 10⁴, 4·10⁻⁴ of dQ/dt at n = 1024 against 3 % for the
   default sampled mean, for a third of its cost (benchmarks/bench_diffusion_mean.py). Any D, no
-  head-cyclic samples needed; the seeds are integrated one after another.
+  head-cyclic samples needed; the seeds are batched by vmap (each keeps its quadrature branch).
 
 Example:
     >>> import jax, jax.numpy as jnp
