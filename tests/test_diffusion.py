@@ -423,7 +423,8 @@ def test_cli_simulate_with_the_diffusion_engine(tmp_path):
     assert res.exit_code == 0, res.output
     assert "t = 1 / 1" in " ".join(res.output.split())  # the bar counts t, not 10⁹ steps
     ds = results.load(out)
-    assert ds.attrs["engine"] == "diffusion" and ds.attrs["head_cyclic"] == 1  # D > n: auto
+    assert ds.attrs["engine"] == "diffusion" and ds.attrs["head_cyclic"] == 0  # exact: none
+    assert results.config_of(ds)["diffusion"]["drift"] == "exact"  # the default, auto
     assert ds.attrs["n_drift"] == 256 and ds.attrs["dt"] == 0.1
     M = ds.M.isel(t=-1).values  # (seed, head, feature)
     spread = np.abs(M[0] - M[1]).max()
@@ -460,3 +461,42 @@ def test_the_law_test_detects_a_wrong_noise():
     wrong = (spread("diffusion", np.sqrt(2.0)) - ref).mean()
     assert abs(right) < 4 * se, (right, se)
     assert wrong > 4 * se and abs(wrong - np.log(2.0)) < 4 * se, (wrong, se)
+
+
+def test_auto_drift_is_exact_where_it_reaches_and_old_results_read_as_sampled():
+    """diffusion.drift = "auto" (the default) resolves to exact with n = 1024, and to sampled
+    with n = 8192 where exact cannot go (resample; Bayes-softmax with H ≥ 4) or for another
+    engine (then left out of the dump, as before); a diffusion run's dump names its drift and
+    round-trips. A result recorded before auto (no drift in its config) had the sampled mean:
+    it is read so (as the reproduction's reuse check reads it): it equals a run asking for
+    sampled, not one taking the default."""
+    import json
+
+    import xarray as xr
+
+    from headspec.conventions import results
+    from headspec.conventions.config import SimulateConfig, load_config
+
+    def opts(*over):
+        c = load_config(SimulateConfig, overrides=["task.D=1000", *over])
+        assert SimulateConfig.model_validate_json(c.model_dump_json()) == c  # round trip
+        return json.loads(c.model_dump_json())["diffusion"]
+
+    diff = "train.engine='diffusion'"
+    assert opts(diff)["drift"] == "exact" and opts(diff)["n"] == 1024
+    assert opts(diff, "diffusion.n=4096")["n"] == 4096
+    fresh = opts(diff, "diffusion.resample=true", "diffusion.sampler='mc'", "diffusion.n=1000")
+    assert fresh["drift"] == "sampled"
+    bayes = opts(diff, "model.activation='bayes_softmax'", "model.H=4")
+    assert (bayes["drift"], bayes["n"]) == ("sampled", 8192)
+    assert "drift" not in opts() and opts()["n"] == 8192  # the full engine: as before auto
+    sampled = load_config(SimulateConfig, overrides=["task.D=1000", diff, "diffusion.n=8192",
+                                                     "diffusion.drift='sampled'"])  # fmt: skip
+    old = json.loads(sampled.model_dump_json())
+    old["diffusion"].pop("drift")  # how such a run was recorded before auto
+    ds = xr.Dataset(attrs={"kind": "simulation", "config_json": json.dumps(old)})
+    assert results.config_of(ds)["diffusion"]["drift"] == "sampled"
+    stored = SimulateConfig.model_validate(results.config_of(ds))
+    assert stored == sampled
+    default = load_config(SimulateConfig, overrides=["task.D=1000", diff, "diffusion.n=8192"])
+    assert stored != default  # the default (exact) is another run

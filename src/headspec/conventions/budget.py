@@ -51,6 +51,7 @@ from headspec.conventions.config import (
     SimulateConfig,
     TheoryConfig,
 )
+from headspec.conventions.config.domain import diffusion_head_cyclic
 from headspec.conventions.refusal import (
     FLOPS,
     MAX_SECONDS,
@@ -208,7 +209,7 @@ def estimate_simulate(cfg: SimulateConfig) -> Estimate:
     elif cfg.train.engine == "diffusion":
         opts = cfg.diffusion
         n = _sobol_n(opts.n) if opts.sampler == "sobol" else opts.n
-        cyclic = cfg.task.D > opts.n if opts.head_cyclic == "auto" else bool(opts.head_cyclic)
+        cyclic = diffusion_head_cyclic(cfg)
         terms += _drift_terms(S, n * H if cyclic else n, cyclic, L, H, F, A, "diffusion")
         d = H * F + H * (H + 1) // 2 + H  # increments ψ of (M, Q, b) and their covariance
         terms.append(

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from headspec.conventions.config.domain import diffusion_head_cyclic
 from headspec.core.attention import Activation, get_activation
 from headspec.core.latent import LatentLaw
 from headspec.core.observables import BaseSamples
@@ -90,18 +91,6 @@ def engine(cfg, schedule_fn: Callable | None = None) -> Engine:
         frame_kind=cfg.task.frame,
         **extra,
     )
-
-
-def diffusion_head_cyclic(cfg) -> bool:
-    """Whether the diffusion engine's base samples are made head-cyclic (``diffusion.head_cyclic``;
-    "auto": when task.D > diffusion.n with fixed samples of a sampled drift; never with fresh
-    ones, whose head asymmetry is noise that the SGD noise already counts, nor with the exact
-    drift, whose samples' asymmetry is O(1/(D√n)))."""
-    opts = cfg.diffusion
-    choice = opts.head_cyclic
-    if choice == "auto":
-        return not opts.resample and opts.drift == "sampled" and cfg.task.D > opts.n
-    return bool(choice)
 
 
 def mc_key(mc_seed: int) -> Array:

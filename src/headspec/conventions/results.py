@@ -192,8 +192,17 @@ def from_observations(
 
 
 def config_of(ds: xr.Dataset) -> dict:
-    """The resolved config a result was produced with, as a dict."""
-    return json.loads(ds.attrs["config_json"])
+    """The resolved config a result was produced with, as a dict (:func:`recorded`)."""
+    return recorded(json.loads(ds.attrs["config_json"]), ds.attrs.get("kind"))
+
+
+def recorded(cfg, kind) -> dict:
+    """A recorded config as it was meant: a simulation's without ``diffusion.drift`` was made
+    before drift = "auto" (whose dumps name the drift of every diffusion run) and had the sampled
+    drift, so it is read with drift = "sampled" (another engine's drift is unused)."""
+    if kind == "simulation" and isinstance(cfg, dict) and isinstance(cfg.get("diffusion"), dict):
+        cfg["diffusion"].setdefault("drift", "sampled")
+    return cfg
 
 
 def save(ds: xr.Dataset, path: str | Path) -> Path:
@@ -365,7 +374,7 @@ def _config_problem(text, kind: str, H: int | None = None, F: int | None = None)
     if not isinstance(raw, dict):
         return "config_json is not a JSON object (a config table)"
     try:
-        cfg = model.model_validate(raw)
+        cfg = model.model_validate(recorded(raw, kind))
     except ValidationError as e:
         first = format_validation_error(e, model).splitlines()[0].split("; fix:")[0]
         return f"config_json is not a valid {model.__name__} ({first})"

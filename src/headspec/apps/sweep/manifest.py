@@ -134,7 +134,7 @@ def task_is_intact(folder: Path, task: SweepTask, entry: dict | None) -> bool:
         return _sha256(path) == entry["sha256"]
     try:
         ds = results.load(path, kinds=results.TASK_KINDS)
-        cfg = MODELS[_kind_of(ds)].model_validate_json(ds.attrs["config_json"])
+        cfg = MODELS[_kind_of(ds)].model_validate(results.config_of(ds))
     except Exception:
         return False
     return config_hash(_kind_of(ds), cfg) == task.hash

@@ -1,9 +1,12 @@
-"""The diffusion engine's domain of validity, checked on a SimulateConfig
-(:mod:`headspec.dynamics.engines.diffusion` says why)."""
+"""The diffusion engine's settings on a SimulateConfig: its domain of validity
+(:mod:`headspec.dynamics.engines.diffusion` says why), the drift and sample count that "auto"
+and an unset n mean, the head-cyclic rule and the checks of fresh samples."""
 
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 DIFFUSION_DOMAIN = 10.0  # ρ = η·(s² + L)/D beyond which the diffusion engine is refused
 
@@ -23,4 +26,61 @@ def check_diffusion_domain(cfg) -> None:
             f"{rho:.3g} (> {DIFFUSION_DOMAIN:g}; s² = F·max|cθ_f|² from task.latent and its "
             f"scale), far from the small steps the SDE needs; fix: task.D ≥ {D_min:,}, a smaller "
             f'train.lr or task.latent.scale, or train.engine = "reduced" (exact at any step size)'
+        )
+
+
+def resolve_diffusion(cfg) -> None:
+    """diffusion.drift = "auto" and an unset diffusion.n become what they mean for this run
+    (written so into the dump: a result records what ran): exact with n = 1024 where the exact
+    drift reaches, else sampled with n = 8192 (another engine's dump is then the one from before
+    auto). The instance is frozen, so the resolved section replaces the field in place, once,
+    during validation."""
+    opts = cfg.diffusion
+    if opts.drift != "auto" and opts.n is not None:
+        return
+    drift = opts.drift
+    if drift == "auto":
+        reach = not (cfg.model.activation == "bayes_softmax" and cfg.model.H >= 4)
+        on = cfg.train.engine == "diffusion" and not opts.resample and reach
+        drift = "exact" if on else "sampled"
+    exact = drift == "exact" and cfg.train.engine == "diffusion"  # else the section is unused
+    n = opts.n if opts.n is not None else (1024 if exact else 8192)
+    object.__setattr__(cfg, "diffusion", opts.model_copy(update={"drift": drift, "n": n}))
+
+
+def diffusion_head_cyclic(cfg) -> bool:
+    """Whether the diffusion engine's base samples are made head-cyclic (``diffusion.head_cyclic``;
+    "auto": when task.D > diffusion.n with fixed samples of a sampled drift; never with fresh
+    ones, whose head asymmetry is noise that the SGD noise already counts, nor with the exact
+    drift, whose samples' asymmetry is O(1/(D√n)))."""
+    opts = cfg.diffusion
+    choice = opts.head_cyclic
+    if choice == "auto":
+        return not opts.resample and opts.drift == "sampled" and cfg.task.D > opts.n
+    return bool(choice)
+
+
+def check_resample(opts, D: int) -> None:
+    """diffusion.resample: plain Monte Carlo (the sampling noise it subtracts is that of
+    independent samples), and a step's sampling noise (dt·C/n) no larger than its SGD noise
+    (C/D): n ≥ D·dt."""
+    if opts.drift == "exact":
+        raise ValueError(
+            "diffusion.resample = true takes the drift's sampling noise out of the SGD noise, and "
+            'diffusion.drift = "exact" has none; fix: set diffusion.resample = false (with the '
+            'exact drift, fixed samples err by O(1/(D√n)) only) or diffusion.drift = "sampled"'
+        )
+    if opts.sampler != "mc":
+        raise ValueError(
+            "diffusion.resample = true draws independent samples at every step; fix: set "
+            'diffusion.sampler = "mc" (scrambled Sobol points are not independent, so their '
+            "sampling noise is not the C/n that the engine subtracts)"
+        )
+    need = int(np.ceil(D * opts.dt))
+    if opts.n < need:
+        raise ValueError(
+            f"diffusion.resample = true needs diffusion.n ≥ task.D·diffusion.dt = {need} (a step's "
+            f"sampling noise dt·C/n must not exceed its SGD noise dt·C/D), got n = {opts.n}; fix: "
+            f"raise diffusion.n to ≥ {need}, lower diffusion.dt to ≤ {opts.n / D:.3g}, or use "
+            "diffusion.resample = false (fixed samples) at this D"
         )

@@ -13,7 +13,11 @@ import numpy as np
 from pydantic import Field, Strict, field_validator, model_serializer, model_validator
 
 from headspec.conventions.config.base import PositiveInt, StrictModel
-from headspec.conventions.config.domain import check_diffusion_domain
+from headspec.conventions.config.domain import (
+    check_diffusion_domain,
+    check_resample,
+    resolve_diffusion,
+)
 from headspec.conventions.config.latent import (
     MAX_SIGNAL,
     LatentConfig,
@@ -197,11 +201,12 @@ class DiffusionOptions(StrictModel):
     C the exact mean and covariance of one SGD step's increment at task.D, estimated on base
     samples as the theory's drift."""
 
-    n: Annotated[int, Strict(), Field(ge=2)] = Field(
-        8192,
-        description="base samples of the drift and noise (common random numbers); where the "
-        "drift is small (plateaus) its relative error is largest: 2048 Sobol samples biased dQ/dt "
-        "on E1's common phase by ~15 %, 16384 by < 2 %",
+    n: Annotated[int, Strict(), Field(ge=2)] | None = Field(
+        None,
+        description="base samples of the drift and noise (common random numbers); default: "
+        "1024 with the exact drift, 8192 with the sampled one. A sampled drift's relative error "
+        "is largest where it is small (plateaus): 2048 Sobol samples biased dQ/dt on E1's "
+        "common phase by ~15 %, 16384 by < 2 %",
     )
     sampler: Literal["mc", "sobol"] = Field(
         "sobol", description="plain Monte Carlo or scrambled Sobol quasi-Monte Carlo"
@@ -229,16 +234,19 @@ class DiffusionOptions(StrictModel):
         "C/D − dt·C/n per unit time); needs n ≥ task.D·dt. false: fixed samples (common random "
         "numbers, any D), whose O(1/√n) drift error is a bias shared by every step and seed",
     )
-    drift: Literal["sampled", "exact"] = Field(
-        "sampled",
-        description="the mean increment: sampled, the base samples' average (its O(1/√n) error "
+    drift: Literal["auto", "sampled", "exact"] = Field(
+        "auto",
+        description="the mean increment. auto: exact, except with resample and for "
+        "Bayes-softmax with model.H ≥ 4 heads (out of the quadrature's reach), which take "
+        "sampled. sampled: the base samples' average (its O(1/√n) error "
         "is a bias on plateaus: 2.9 % of dQ/dt on E1's common phase at D = 10⁴, n = 8192); "
         "exact, the exact D → ∞ drift (the quadrature of theory.method = exact, its η² term on "
         "eta2_n score points) plus the finite-D correction averaged over the base samples with "
         "a control variate, error O(1/(D√n)) (and the η² term's): 4e-4 of dQ/dt there at "
-        "n = 1024, for a third of the default's cost per unit t "
-        "(benchmarks/bench_diffusion_mean.py). The noise comes from the samples either way. Not "
-        "with resample",
+        "n = 1024, for half the cost per unit t of sampled at n = 8192 (H = 2 and 4; its "
+        "compilation takes 2–4× longer: benchmarks/bench_diffusion_mean.py). The noise comes "
+        "from the samples either way. Not with resample. Results of runs made before auto "
+        "existed (no drift in their config) were sampled, and are read so",
     )
     eta2_n: Annotated[int, Strict(), Field(ge=2)] | None = Field(
         None,
@@ -286,15 +294,15 @@ class SimulateConfig(_RunConfig):
         data = handler(self)
         if isinstance(data, dict) and isinstance(self.init, RandomStart):
             data.pop("init", None)
-        unused = self.diffusion.drift == "sampled" or self.train.engine != "diffusion"
-        if isinstance(data, dict) and unused:  # the same for drift (only the diffusion engine's)
-            data.get("diffusion", {}).pop("drift", None)
+        if isinstance(data, dict) and self.train.engine != "diffusion":  # drift: the diffusion
+            data.get("diffusion", {}).pop("drift", None)  # engine's alone (results.recorded)
         if isinstance(data, dict) and data.get("diffusion", {}).get("eta2_n", 0) is None:
             data["diffusion"].pop("eta2_n")  # left at its default (n): the older dumps' meaning
         return data
 
     @model_validator(mode="after")
     def _check(self):
+        resolve_diffusion(self)
         F, H, L, D, B = self.task.latent.F, self.model.H, self.task.L, self.task.D, self.train.batch
         if isinstance(self.init, GivenStart):
             w = check_given(self.init, H, F, "init")
@@ -321,7 +329,7 @@ class SimulateConfig(_RunConfig):
         if self.train.engine == "diffusion":
             check_diffusion_domain(self)
         if self.train.engine == "diffusion" and self.diffusion.resample:
-            _check_resample(self.diffusion, D)
+            check_resample(self.diffusion, D)
         exact = self.train.engine == "diffusion" and self.diffusion.drift == "exact"
         if self.diffusion.eta2_n is not None and not exact:
             raise ValueError(
@@ -338,32 +346,6 @@ class SimulateConfig(_RunConfig):
         _check_steps(self.train, D)
         _check_grid(self.record, self.train)
         return self
-
-
-def _check_resample(opts: DiffusionOptions, D: int) -> None:
-    """diffusion.resample: plain Monte Carlo (the sampling noise it subtracts is that of
-    independent samples), and a step's sampling noise (dt·C/n) no larger than its SGD noise
-    (C/D): n ≥ D·dt."""
-    if opts.drift == "exact":
-        raise ValueError(
-            "diffusion.resample = true takes the drift's sampling noise out of the SGD noise, and "
-            'diffusion.drift = "exact" has none; fix: set diffusion.resample = false (with the '
-            'exact drift, fixed samples err by O(1/(D√n)) only) or diffusion.drift = "sampled"'
-        )
-    if opts.sampler != "mc":
-        raise ValueError(
-            "diffusion.resample = true draws independent samples at every step; fix: set "
-            'diffusion.sampler = "mc" (scrambled Sobol points are not independent, so their '
-            "sampling noise is not the C/n that the engine subtracts)"
-        )
-    need = int(np.ceil(D * opts.dt))
-    if opts.n < need:
-        raise ValueError(
-            f"diffusion.resample = true needs diffusion.n ≥ task.D·diffusion.dt = {need} (a step's "
-            f"sampling noise dt·C/n must not exceed its SGD noise dt·C/D), got n = {opts.n}; fix: "
-            f"raise diffusion.n to ≥ {need}, lower diffusion.dt to ≤ {opts.n / D:.3g}, or use "
-            "diffusion.resample = false (fixed samples) at this D"
-        )
 
 
 def unusual_settings(cfg) -> list[str]:
