@@ -44,6 +44,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from headspec.conventions.config.domain import recorded
 from headspec.conventions.io import write_atomic
 from headspec.conventions.provenance import run_metadata
 from headspec.conventions.timing import COMPUTE_CPU_SECONDS as COMPUTE_CPU_SECONDS  # re-exported
@@ -192,17 +193,9 @@ def from_observations(
 
 
 def config_of(ds: xr.Dataset) -> dict:
-    """The resolved config a result was produced with, as a dict (:func:`recorded`)."""
+    """The resolved config a result was produced with, as a dict
+    (:func:`~headspec.conventions.config.domain.recorded`)."""
     return recorded(json.loads(ds.attrs["config_json"]), ds.attrs.get("kind"))
-
-
-def recorded(cfg, kind) -> dict:
-    """A recorded config as it was meant: a simulation's without ``diffusion.drift`` was made
-    before drift = "auto" (whose dumps name the drift of every diffusion run) and had the sampled
-    drift, so it is read with drift = "sampled" (another engine's drift is unused)."""
-    if kind == "simulation" and isinstance(cfg, dict) and isinstance(cfg.get("diffusion"), dict):
-        cfg["diffusion"].setdefault("drift", "sampled")
-    return cfg
 
 
 def save(ds: xr.Dataset, path: str | Path) -> Path:

@@ -84,3 +84,12 @@ def check_resample(opts, D: int) -> None:
             f"raise diffusion.n to ≥ {need}, lower diffusion.dt to ≤ {opts.n / D:.3g}, or use "
             "diffusion.resample = false (fixed samples) at this D"
         )
+
+
+def recorded(cfg, kind) -> dict:
+    """A recorded config as it was meant: a simulation's without ``diffusion.drift`` was made
+    before drift = "auto" (whose dumps name the drift of every diffusion run) and had the sampled
+    drift, so it is read with drift = "sampled" (another engine's drift is unused)."""
+    if kind == "simulation" and isinstance(cfg, dict) and isinstance(cfg.get("diffusion"), dict):
+        cfg["diffusion"].setdefault("drift", "sampled")
+    return cfg

@@ -295,7 +295,7 @@ class SimulateConfig(_RunConfig):
         if isinstance(data, dict) and isinstance(self.init, RandomStart):
             data.pop("init", None)
         if isinstance(data, dict) and self.train.engine != "diffusion":  # drift: the diffusion
-            data.get("diffusion", {}).pop("drift", None)  # engine's alone (results.recorded)
+            data.get("diffusion", {}).pop("drift", None)  # engine's alone (domain.recorded)
         if isinstance(data, dict) and data.get("diffusion", {}).get("eta2_n", 0) is None:
             data["diffusion"].pop("eta2_n")  # left at its default (n): the older dumps' meaning
         return data
