@@ -29,6 +29,12 @@ def check_diffusion_domain(cfg) -> None:
         )
 
 
+def beyond_exact(model) -> bool:
+    """Whether the exact quadrature cannot integrate this model: Bayes-softmax's one normaliser
+    couples every head, an H-dimensional quadrature, out of reach for H ≥ 4."""
+    return model.activation == "bayes_softmax" and model.H >= 4
+
+
 def resolve_diffusion(cfg) -> None:
     """diffusion.drift = "auto" and an unset diffusion.n become what they mean for this run
     (written so into the dump: a result records what ran): exact with n = 1024 where the exact
@@ -40,8 +46,7 @@ def resolve_diffusion(cfg) -> None:
         return
     drift = opts.drift
     if drift == "auto":
-        reach = not (cfg.model.activation == "bayes_softmax" and cfg.model.H >= 4)
-        on = cfg.train.engine == "diffusion" and not opts.resample and reach
+        on = cfg.train.engine == "diffusion" and not opts.resample and not beyond_exact(cfg.model)
         drift = "exact" if on else "sampled"
     exact = drift == "exact" and cfg.train.engine == "diffusion"  # else the section is unused
     n = opts.n if opts.n is not None else (1024 if exact else 8192)

@@ -14,6 +14,7 @@ from pydantic import Field, Strict, field_validator, model_serializer, model_val
 
 from headspec.conventions.config.base import PositiveInt, StrictModel
 from headspec.conventions.config.domain import (
+    beyond_exact,
     check_diffusion_domain,
     check_resample,
     resolve_diffusion,
@@ -337,7 +338,7 @@ class SimulateConfig(_RunConfig):
                 'drift\'s η² term, and this run has none (it needs train.engine = "diffusion" '
                 'and diffusion.drift = "exact"); fix: remove diffusion.eta2_n, or set those two'
             )
-        if exact and self.model.activation == "bayes_softmax" and H >= 4:
+        if exact and beyond_exact(self.model):
             raise ValueError(
                 f'diffusion.drift = "exact" cannot integrate Bayes-softmax with model.H = {H} '
                 "heads (its one normaliser couples all heads: an H-dimensional quadrature, out of "
@@ -438,7 +439,7 @@ class TheoryConfig(_RunConfig):
         _check_grid(self.record, self.train)
         init = self.theory.init
         F, H, D = self.task.latent.F, self.model.H, self.task.D
-        if self.theory.method == "exact" and self.model.activation == "bayes_softmax" and H >= 4:
+        if self.theory.method == "exact" and beyond_exact(self.model):
             raise ValueError(
                 f"theory.method = exact cannot integrate Bayes-softmax with model.H = {H} heads "
                 "(its one normaliser couples all heads: an H-dimensional quadrature, out of reach "
