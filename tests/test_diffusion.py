@@ -446,8 +446,10 @@ def test_the_law_test_detects_a_wrong_noise():
         "task.latent={kind='discrete', atoms=[[2.5, 0.0], [0.0, 2.5]], probs=[0.6, 0.4]}",
         "task.L=10", "task.D=1000", "model.H=2", "train.lr=3.0", "train.T=4.0", f"seeds={S}",
         "record.grid='linear'", "record.points=2", "record.n_mc=64", "train.dtype='float64'",
-        "diffusion.n=512",
+        "diffusion.drift='sampled'", "diffusion.n=512",  # the noise is tested, not the mean;
     ]  # fmt: skip
+    # the sampled mean compiles 2–4× faster than the default exact one (this test: 34 s cold
+    # against 143 s, 2026-12-05)
 
     def spread(engine, factor=1.0):
         over = [*common, f"train.engine='{engine}'", f"diffusion.noise_factor={float(factor)!r}"]
