@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 from pydantic import Field, Strict, field_validator, model_validator
 
 from headspec.conventions.config.base import StrictModel
+from headspec.conventions.config.domain import beyond_exact
 from headspec.conventions.config.latent import FlippedSpikeConfig
 from headspec.conventions.config.schema import ModelConfig, TaskConfig
 
@@ -110,7 +111,7 @@ class SplitMapConfig(StrictModel):
         H = self.model.H
         if H < 2:
             raise ValueError(f"model.H = {H}: one head has no split; fix: model.H ≥ 2")
-        if self.model.activation == "bayes_softmax" and self.map.method == "exact" and H >= 4:
+        if self.map.method == "exact" and beyond_exact(self.model):
             raise ValueError(
                 f"map.method = exact cannot integrate Bayes-softmax with model.H = {H} heads "
                 "(its one normaliser couples all heads); fix: map.method = qmc, or at most 3 heads"
