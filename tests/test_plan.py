@@ -12,6 +12,12 @@ from headspec.apps.experiments import RECIPES
 from headspec.apps.experiments.plan import estimate, planned
 from headspec.conventions import cost
 from headspec.conventions.config import SimulateConfig, TheoryConfig, load_config
+from headspec.conventions.config.domain import recorded as _recorded
+
+
+def recorded(config: dict, kind: str) -> dict:
+    """A config of tests/data/cost_runs.json as it was meant (a sweep kind's name)."""
+    return _recorded(config, {"simulate": "simulation"}.get(kind, kind))
 
 
 def _ran(folder, exp_id) -> set[str]:
@@ -78,9 +84,12 @@ def test_simulation_work_grows_with_its_sizes(field, factor):
 
 def test_the_ode_of_chosen_seeds_costs_those_seeds_only():
     start = 'theory.init={kind="simulation", path="run.nc"%s}'
-    cfg = load_config(TheoryConfig, overrides=["seeds=8", start % ""])
-    some = load_config(TheoryConfig, overrides=["seeds=8", start % ", seeds=[0, 1]"])
-    assert cost.terms("theory", some)["ode"] == pytest.approx(cost.terms("theory", cfg)["ode"] / 4)
+    for method, work in (("exact", "ode_exact"), ("qmc", "ode")):
+        over = ["seeds=8", f'theory.method="{method}"']
+        cfg = load_config(TheoryConfig, overrides=[*over, start % ""])
+        some = load_config(TheoryConfig, overrides=[*over, start % ", seeds=[0, 1]"])
+        whole, part = cost.terms("theory", cfg)[work], cost.terms("theory", some)[work]
+        assert part == pytest.approx(whole / 4)
 
 
 def test_a_recipe_without_a_plan_is_shown_as_unknown(monkeypatch):
@@ -126,7 +135,7 @@ def test_the_cost_model_is_within_2x_of_measured_runs_per_experiment():
     data = json.loads((Path(__file__).parent / "data" / "cost_runs.json").read_text())
     by = defaultdict(lambda: [0.0, 0.0])
     for r in data["runs"]:
-        cfg = MODELS[r["kind"]].model_validate(r["config"])
+        cfg = MODELS[r["kind"]].model_validate(recorded(r["config"], r["kind"]))
         by[r["recipe"], r["scale"]][0] += r["seconds"]
         by[r["recipe"], r["scale"]][1] += cost.seconds(r["kind"], cfg)
     assert {k for k, _ in by} == set(RECIPES) and {s for _, s in by} == {"quick", "overnight"}
@@ -161,7 +170,8 @@ def _scaled_measurement(exp_id: str, data: dict, full: dict) -> float:
     seen: dict = defaultdict(lambda: defaultdict(lambda: np.zeros(3)))
     for r in data["runs"]:
         if r["recipe"] == exp_id:
-            k, n = _main_work(r["kind"], MODELS[r["kind"]].model_validate(r["config"]))
+            cfg = MODELS[r["kind"]].model_validate(recorded(r["config"], r["kind"]))
+            k, n = _main_work(r["kind"], cfg)
             seen[k][r["scale"]] += (1.0, n, r["seconds"])
     big: dict = defaultdict(lambda: np.zeros(2))  # kind → runs, size at the full scale
     for r in full[exp_id]:

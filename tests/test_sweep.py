@@ -34,7 +34,8 @@ TINY = {
     "record.points": 6,
     "record.n_mc": 256,
 }
-THEORY = {"theory.n": 256, "theory.max_steps": 500}  # one shape: compiled once per process
+THEORY = {"theory.method": "qmc", "theory.n": 256, "theory.max_steps": 500}  # one shape: compiled
+# once per process; qmc: these tests are about the sweep, and the sampled drift compiles fastest
 
 
 def _spec(out, kind="simulate", config=None, axes=None, **sweep_keys) -> sweep.SweepSpec:
@@ -533,7 +534,7 @@ task = { L = 4, D = 60, latent = { kind = "discrete", atoms = [[2.0, 0.0], [0.0,
 model = { H = 2 }
 train = { T = 1.0, lr = 0.5, engine = "reduced" }
 record = { points = 5, n_mc = 512 }
-theory = { n = 256 }
+theory = { method = "qmc", n = 256 }
 [scale.full]
 train = { T = 2.0 }
 """

@@ -498,15 +498,39 @@ def test_solve_from_the_bayes_softmax_optimum_records_the_bayes_risk():
 
 
 def test_method_auto_resolves_and_exact_is_refused_where_out_of_reach():
-    """auto is qmc for a trajectory; exact for Bayes-softmax with H ≥ 4 is a config error that
-    names theory.method and the fix (the quadrature would need ~1e9 numbers per token law),
-    while H = 3 is accepted."""
-    from headspec.conventions import build
+    """auto is exact with n = 1024 (the η² term's samples) where the quadrature reaches, an
+    explicit n kept; qmc with n = 8192 for Bayes-softmax with H ≥ 4, where an explicit exact is
+    a config error that names theory.method and the fix (the quadrature would need ~1e9
+    numbers per token law), while H = 3 is accepted. The dump names the resolved method and
+    round-trips. A result recorded while auto meant qmc (its dump says "auto") is read as qmc
+    at its n, as the reproduction's reuse check reads it: it equals a run asking for qmc, not
+    one taking today's default."""
+    import json
+
+    import xarray as xr
+
+    from headspec.conventions import results
     from headspec.conventions.config.base import ConfigError
 
-    assert build.theory_method(load_config(TheoryConfig, overrides=[])) == "qmc"
+    def opts(*over):
+        c = load_config(TheoryConfig, overrides=list(over))
+        assert TheoryConfig.model_validate_json(c.model_dump_json()) == c  # round trip
+        return json.loads(c.model_dump_json())["theory"]
+
+    assert (opts()["method"], opts()["n"]) == ("exact", 1024)
+    assert (opts("theory.n=64")["method"], opts("theory.n=64")["n"]) == ("exact", 64)
+    assert (opts('theory.method="qmc"')["method"], opts('theory.method="qmc"')["n"]) == (
+        "qmc", 8192)  # fmt: skip
+    bayes4 = opts('model.activation="bayes_softmax"', "model.H=4")
+    assert (bayes4["method"], bayes4["n"]) == ("qmc", 8192)
     bayes = ['model.activation="bayes_softmax"', 'theory.method="exact"']
     with pytest.raises(ConfigError, match=r"theory\.method.*fix: use theory\.method = \"qmc\""):
         load_config(TheoryConfig, overrides=[*bayes, "model.H=4"])
-    cfg = load_config(TheoryConfig, overrides=[*bayes, "model.H=3"])
-    assert build.theory_method(cfg) == "exact"
+    assert load_config(TheoryConfig, overrides=[*bayes, "model.H=3"]).theory.method == "exact"
+
+    qmc = load_config(TheoryConfig, overrides=['theory.method="qmc"'])
+    old = json.loads(qmc.model_dump_json())
+    old["theory"]["method"] = "auto"  # how such a run was recorded before auto meant exact
+    ds = xr.Dataset(attrs={"kind": "theory", "config_json": json.dumps(old)})
+    stored = TheoryConfig.model_validate(results.config_of(ds))
+    assert stored == qmc and stored != load_config(TheoryConfig, overrides=[])

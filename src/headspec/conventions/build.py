@@ -115,18 +115,6 @@ def drift_base(options, law: LatentLaw, L: int, H: int) -> BaseSamples:
     return BaseSamples.draw(key, law, L, H, options.n)
 
 
-def theory_method(cfg) -> str:
-    """theory.method of a TheoryConfig with "auto" resolved: "qmc" for a trajectory.
-
-    A trajectory takes hundreds of drift evaluations, and the exact drift costs 10–45× more per
-    evaluation than qmc at n ≤ 4096 (H = 2–4, L = 10: 14–45 ms against ~1–4 ms; the two-phase
-    first steps' ODE ~50 s against ~15 s), so the exact method is asked for where the drift's
-    sampling error matters (plateaus, escape times); the analyses of a state (fixed points,
-    Jacobians, saddles) take it by default (:func:`analysis_problem`)."""
-    method = cfg.theory.method
-    return "qmc" if method == "auto" else method
-
-
 def drift_problem(cfg, law: LatentLaw, init: InitialState | None = None) -> DriftProblem:
     """The ODE's :class:`~headspec.dynamics.problem.DriftProblem` of a TheoryConfig: activation,
     law, L, η and η_b, and the method of theory.method on the drift's base samples (head-cyclic
@@ -134,11 +122,12 @@ def drift_problem(cfg, law: LatentLaw, init: InitialState | None = None) -> Drif
     H, L = cfg.model.H, cfg.task.L
     base = drift_base(cfg.theory, law, L, H)
     cyclic = init is not None and head_cyclic(cfg, init)
-    method = theory_method(cfg)
+    method = cfg.theory.method  # resolved from "auto" by the config (domain.resolve_theory)
     lr, lr_b = learning_rates(cfg.train)
     if method == "exact":  # the η² term by the control-variate estimator on n score samples
         scores = ScoreSamples.rqmc(cfg.theory.sample_seed, L, H, cfg.theory.n)
-        strategy = Exact(base, scores=scores, cyclic=cyclic)  # cyclic: averaged over relabellings
+        symmetric = init is not None and init.symmetric  # identical heads stay identical
+        strategy = Exact(base, scores=scores, cyclic=cyclic, symmetric=symmetric)
     else:  # cyclic: heads treated alike, identical heads stay identical (cost × H)
         strategy = Sampled(base.head_cyclic() if cyclic else base, name=method)
     return DriftProblem(activation(cfg.model), law, L, lr, lr_b, strategy)

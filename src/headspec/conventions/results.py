@@ -193,9 +193,10 @@ def from_observations(
 
 
 def config_of(ds: xr.Dataset) -> dict:
-    """The resolved config a result was produced with, as a dict
+    """The resolved config a result (a saddle file: its source run) was produced with, as a dict
     (:func:`~headspec.conventions.config.domain.recorded`)."""
-    return recorded(json.loads(ds.attrs["config_json"]), ds.attrs.get("kind"))
+    kind = ds.attrs.get("source_kind", ds.attrs.get("kind"))
+    return recorded(json.loads(ds.attrs["config_json"]), kind)
 
 
 def save(ds: xr.Dataset, path: str | Path) -> Path:

@@ -324,7 +324,12 @@ def theory(
     scale: ScaleOpt = None,
     lr: Annotated[float | None, typer.Option("--lr", help="Learning rate η.")] = None,
     n: Annotated[
-        int | None, typer.Option("--n", help="Base samples of the drift (theory.n).")
+        int | None,
+        typer.Option(
+            "--n",
+            help="Sampled drift terms' base samples (theory.n): the η² "
+            "term's for the exact method (default 1024), every term's for qmc/mc (8192).",
+        ),
     ] = None,
     out_path: ResultOutOpt = Path("theory.nc"),
     plot: Annotated[bool, typer.Option("--plot/--no-plot", help="Also write PNG figures.")] = False,
@@ -335,6 +340,8 @@ def theory(
     `headspec compare SIM.nc THEORY.nc` overlays them. Initial state: the exact law of the
     finite-D initial overlaps at task.D (default, one per seed), `theory.init={kind="symmetric"}`,
     a given state `theory.init={kind="given", M=[[…]], Q=[[…]]}`, or --init-from a simulation.
+    The drift: theory.method, by default exact (the risk by quadrature; qmc for Bayes-softmax
+    with H ≥ 4); `--set theory.method=qmc` samples every term.
     """
     from headspec.conventions.config import TheoryConfig
 
@@ -354,14 +361,13 @@ def theory(
     also = _figures(out_path, plot)
     cfg = load_or_fail(TheoryConfig, config, overrides, out_path, base, inputs=inputs, also=also)
 
-    from headspec.conventions import build
     from headspec.conventions.runs import solve
 
     m, tk = cfg.model, cfg.task
     banner("theory", [m.activation, f"H = {m.H}", f"L = {tk.L}", f"{tk.latent.kind} law",
                       f"η = {cfg.train.lr:g}", f"T = {cfg.train.T:g}",
                       f"init {cfg.theory.init.kind}",
-                      f"{build.theory_method(cfg)} drift, n = {cfg.theory.n}"])  # fmt: skip
+                      f"{cfg.theory.method} drift, n = {cfg.theory.n}"])  # fmt: skip
     started = time.time()
     with on_interrupt(lambda: not_written(out_path, started)):
         with progress_bar("t = {task.completed:.3g} / {task.total:.3g}", eta=False) as bar:

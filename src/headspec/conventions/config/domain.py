@@ -1,6 +1,7 @@
 """The diffusion engine's settings on a SimulateConfig: its domain of validity
 (:mod:`headspec.dynamics.engines.diffusion` says why), the drift and sample count that "auto"
-and an unset n mean, the head-cyclic rule and the checks of fresh samples."""
+and an unset n mean, the head-cyclic rule and the checks of fresh samples; and what
+theory.method = "auto" and an unset theory.n mean for the ODE."""
 
 from __future__ import annotations
 
@@ -53,6 +54,23 @@ def resolve_diffusion(cfg) -> None:
     object.__setattr__(cfg, "diffusion", opts.model_copy(update={"drift": drift, "n": n}))
 
 
+def resolve_theory(cfg) -> None:
+    """theory.method = "auto" and an unset theory.n become what they mean for this ODE run
+    (written so into the dump, as :func:`resolve_diffusion` does): exact with n = 1024 (the η²
+    term's score samples) where the quadrature reaches, else qmc with n = 8192. A whole exact
+    trajectory costs 1.0–1.5× a qmc one at n = 8192 (two_phase.toml, H = 2/4/6: 17.4/18.5/28.0 s
+    against 11.6/18.6/24.0 s cold, 2026-12-05) at a plateau drift error of 2e-4 against 0.067
+    relative (benchmarks/bench_theory.py)."""
+    opts = cfg.theory
+    if opts.method != "auto" and opts.n is not None:
+        return
+    method = opts.method
+    if method == "auto":
+        method = "qmc" if beyond_exact(cfg.model) else "exact"
+    n = opts.n if opts.n is not None else (1024 if method == "exact" else 8192)
+    object.__setattr__(cfg, "theory", opts.model_copy(update={"method": method, "n": n}))
+
+
 def diffusion_head_cyclic(cfg) -> bool:
     """Whether the diffusion engine's base samples are made head-cyclic (``diffusion.head_cyclic``;
     "auto": when task.D > diffusion.n with fixed samples of a sampled drift; never with fresh
@@ -94,7 +112,17 @@ def check_resample(opts, D: int) -> None:
 def recorded(cfg, kind) -> dict:
     """A recorded config as it was meant: a simulation's without ``diffusion.drift`` was made
     before drift = "auto" (whose dumps name the drift of every diffusion run) and had the sampled
-    drift, so it is read with drift = "sampled" (another engine's drift is unused)."""
-    if kind == "simulation" and isinstance(cfg, dict) and isinstance(cfg.get("diffusion"), dict):
+    drift, so it is read with drift = "sampled" (another engine's drift is unused). An ODE's
+    with theory.method = "auto" (or none) was made while "auto" meant qmc (since then dumps name
+    the method), so it is read as qmc at its n (8192 if unrecorded)."""
+    if not isinstance(cfg, dict):
+        return cfg
+    if kind == "simulation" and isinstance(cfg.get("diffusion"), dict):
         cfg["diffusion"].setdefault("drift", "sampled")
+    if kind == "theory":
+        theory = cfg.setdefault("theory", {})
+        if isinstance(theory, dict) and "sampler" not in theory:  # sampler: read as the method
+            if theory.get("method", "auto") == "auto":
+                theory["method"] = "qmc"
+                theory.setdefault("n", 8192)
     return cfg
