@@ -51,7 +51,7 @@ from headspec.conventions.config import (
     SimulateConfig,
     TheoryConfig,
 )
-from headspec.conventions.config.domain import diffusion_head_cyclic
+from headspec.conventions.config.domain import diffusion_head_cyclic, theory_head_cyclic
 from headspec.conventions.refusal import (
     FLOPS,
     MAX_SECONDS,
@@ -278,12 +278,7 @@ def _theory_samples(cfg: TheoryConfig) -> tuple[int, bool]:
     n = cfg.theory.n
     if cfg.theory.method != "mc":  # qmc and the exact method's η² term: scrambled Sobol
         n = _sobol_n(n)
-    choice, kind = cfg.theory.head_cyclic, cfg.theory.init.kind
-    if choice == "auto":
-        cyclic = kind == "symmetric" or (kind == "perturbed" and cfg.task.D > cfg.theory.n)
-    else:
-        cyclic = bool(choice)
-    return n, cyclic
+    return n, theory_head_cyclic(cfg)
 
 
 def estimate_theory(cfg: TheoryConfig) -> Estimate:

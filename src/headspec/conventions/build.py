@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from headspec.conventions.config.domain import diffusion_head_cyclic
+from headspec.conventions.config.domain import diffusion_head_cyclic, theory_head_cyclic
 from headspec.core.attention import Activation, get_activation
 from headspec.core.latent import LatentLaw
 from headspec.core.observables import BaseSamples
@@ -121,7 +121,7 @@ def drift_problem(cfg, law: LatentLaw, init: InitialState | None = None) -> Drif
     where :func:`head_cyclic` says)."""
     H, L = cfg.model.H, cfg.task.L
     base = drift_base(cfg.theory, law, L, H)
-    cyclic = init is not None and head_cyclic(cfg, init)
+    cyclic = init is not None and theory_head_cyclic(cfg)
     method = cfg.theory.method  # resolved from "auto" by the config (domain.resolve_theory)
     lr, lr_b = learning_rates(cfg.train)
     if method == "exact":  # the η² term by the control-variate estimator on n score samples
@@ -206,12 +206,3 @@ def initial_state(cfg) -> InitialState:
     from headspec.conventions.results import simulation_states
 
     return simulation_states(init.path, init.seeds, model.H, cfg.task.latent.F)
-
-
-def head_cyclic(cfg, init: InitialState) -> bool:
-    """Whether the ODE's drift samples are made head-cyclic (``theory.head_cyclic``; "auto":
-    a symmetric init, or the perturbed init at task.D > theory.n)."""
-    choice = cfg.theory.head_cyclic
-    if choice != "auto":
-        return bool(choice)
-    return init.symmetric or (cfg.theory.init.kind == "perturbed" and cfg.task.D > cfg.theory.n)

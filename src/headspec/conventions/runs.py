@@ -135,7 +135,7 @@ def solve(cfg, progress: Callable[[float, float], None] | None = None, schedule=
         "init": cfg.theory.init.kind,
         "method": problem.method.name,
         "n_drift": int(problem.base.n),
-        "head_cyclic": int(build.head_cyclic(cfg, init)),
+        "head_cyclic": int(build.theory_head_cyclic(cfg)),
         "solver_steps": n_steps,
     }
     return assemble("theory", cfg, law, ts, steps, seed_ids, obs, fail_step, fail_t, extra)

@@ -287,7 +287,9 @@ class Exact(Method):
                                   self.quad, tol)  # fmt: skip
                 return _roll(est.mean, -c, 2), _roll(est.se, -c, 2)  # (H, H) ×2
 
-            shifts = range(state.M.shape[0] if self.cyclic else 1)
+            # symmetric: the state is invariant, so every relabelled estimate is the same one,
+            # and the drift's projection (_projected) already averages the relabellings
+            shifts = range(state.M.shape[0] if self.cyclic and not self.symmetric else 1)
             means, ses = zip(*(estimate(c) for c in shifts), strict=True)
             return sum(means) / len(means), sum(ses) / len(ses)  # s.e.: an upper bound
         if with_se:

@@ -71,6 +71,16 @@ def resolve_theory(cfg) -> None:
     object.__setattr__(cfg, "theory", opts.model_copy(update={"method": method, "n": n}))
 
 
+def theory_head_cyclic(cfg) -> bool:
+    """Whether the ODE's drift samples are made head-cyclic (``theory.head_cyclic``; "auto":
+    the symmetric init, or the perturbed init at task.D > theory.n); the one rule of the ODE's
+    build and of its memory estimate."""
+    choice, kind = cfg.theory.head_cyclic, cfg.theory.init.kind
+    if choice == "auto":
+        return kind == "symmetric" or (kind == "perturbed" and cfg.task.D > cfg.theory.n)
+    return bool(choice)
+
+
 def diffusion_head_cyclic(cfg) -> bool:
     """Whether the diffusion engine's base samples are made head-cyclic (``diffusion.head_cyclic``;
     "auto": when task.D > diffusion.n with fixed samples of a sampled drift; never with fresh
