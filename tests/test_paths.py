@@ -454,16 +454,16 @@ def test_a_sweeps_own_files_are_not_foreign(tmp_path):
 
 
 def test_the_lock_file_goes_with_the_lock(tmp_path):
-    from headspec.apps.sweep.manifest import _folder_lock
+    from headspec.apps.sweep.manifest import folder_lock
 
-    with _folder_lock(tmp_path):
+    with folder_lock(tmp_path):
         assert (tmp_path / ".lock").exists()
         with pytest.raises(sweep.SweepError, match="another headspec sweep is running"):
-            with _folder_lock(tmp_path):
+            with folder_lock(tmp_path):
                 raise AssertionError("a second lock of the same folder was granted")
         assert (tmp_path / ".lock").exists()  # the refused one did not take it away
     assert not (tmp_path / ".lock").exists()
-    with _folder_lock(tmp_path):  # and it can be taken again
+    with folder_lock(tmp_path):  # and it can be taken again
         assert (tmp_path / ".lock").exists()
     assert list(tmp_path.iterdir()) == []
 

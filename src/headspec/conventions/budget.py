@@ -49,6 +49,7 @@ from headspec.conventions.config import (
     BayesRunConfig,
     ConfigError,
     SimulateConfig,
+    SplitMapConfig,
     TheoryConfig,
 )
 from headspec.conventions.config.domain import diffusion_head_cyclic, theory_head_cyclic
@@ -376,14 +377,36 @@ def estimate_prune(n: int, L: int, H: int, F: int, A: int, random_orders: int = 
     return Estimate("prune", terms, n * (1 + random_orders) * H * H, "risk samples")
 
 
+def estimate_splitmap(cfg: SplitMapConfig) -> Estimate:
+    """Memory of one setting of the split map: the drift's base samples and their per-sample
+    gradients, pushed forward along every direction of the Jacobian at once (its H·F + H(H+1)/2
+    + H columns, forward mode), for one state at a time. Rough (the Jacobian's columns counted
+    as seeds, C_DRIFT's temporaries each), not measured beyond that rule."""
+    L, H = cfg.task.L, cfg.model.H
+    F, A = _law_sizes(cfg.task.latent)
+    n = cfg.map.n if cfg.map.method == "mc" else _sobol_n(cfg.map.n)
+    cols = H * F + H * (H + 1) // 2 + H
+    base, grads = _drift_terms(cols, n, False, L, H, F, A, "map")
+    grads = grads._replace(
+        what="the drift's per-sample gradients along every direction of its Jacobian",
+        fields=f"(H·F + H(H+1)/2 + H) × map.n × atoms × task.L = {_n(cols)} × {_n(n)} × {_n(A)}"
+        f" × {_n(L)} (model.H = {H})",
+        fix="a smaller map.n, fewer heads (model.H) or a shorter task.L",
+        factors=(("map.n", n, 1), ("task.latent.atoms", A, 1), ("task.L", L, 1), ("model.H", H, 2)),
+    )
+    return Estimate("the split map", [base, grads], cols * n, "drift samples")
+
+
 def estimate(cfg) -> Estimate:
-    """The estimate of a validated simulate, theory or bayes config."""
+    """The estimate of a validated simulate, theory, bayes or split-map config."""
     if isinstance(cfg, SimulateConfig):
         return estimate_simulate(cfg)
     if isinstance(cfg, TheoryConfig):
         return estimate_theory(cfg)
     if isinstance(cfg, BayesRunConfig):
         return estimate_bayes(cfg)
+    if isinstance(cfg, SplitMapConfig):
+        return estimate_splitmap(cfg)
     raise TypeError(f"no estimate for {type(cfg).__name__}")
 
 
@@ -444,6 +467,17 @@ def check_budget(cfg, available: int | None = None) -> Estimate | None:
     check_memory(est, available, refit(cfg, estimate))  # from refusal, as check_time
     check_time(est)
     return est
+
+
+def check_sweep_task(cfg) -> None:
+    """A sweep task's config, refused before any task is sent out: numbers beyond 64 bits, step
+    counts that never finish, and memory beyond what this machine's workers have (as
+    :func:`check_budget`, HEADSPEC_MEMORY raising the limit for a cluster's larger workers).
+    Not its time: a sweep point may run for long on purpose."""
+    check_work(cfg)
+    if isinstance(cfg, SimulateConfig | TheoryConfig | BayesRunConfig | SplitMapConfig):
+        est = estimate(cfg)
+        check_memory(est, None, refit(cfg, estimate))
 
 
 def check_sweep_size(points: int, tasks: int) -> None:

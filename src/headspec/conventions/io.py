@@ -42,6 +42,8 @@ import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from headspec.conventions.disk import WriteError, check_room, write_error
+
 _SUFFIX = ".tmp"
 STALE_AFTER_S = 24 * 3600.0  # a leftover of another machine is removed after this long
 _HOST = f"{zlib.crc32(socket.gethostname().encode()):08x}"
@@ -49,13 +51,19 @@ _LIVE: set[str] = set()  # names of this process's temporary files being written
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
+def atomic_path(path: str | Path, size: int = 0) -> Iterator[Path]:
     """A temporary path to write to; on success it is fsync'ed and renamed over ``path`` (a
     symlink is followed: its target is replaced), then the folder is fsync'ed. On any error (or
-    interrupt) the temporary file is removed and ``path`` is left as it was."""
+    interrupt) the temporary file is removed and ``path`` is left as it was; an OS error of the
+    write (a full disk, a vanished folder) becomes one :class:`WriteError`. ``size`` (bytes, if
+    known) is checked against the free space first (:func:`check_room`)."""
     real = Path(os.path.realpath(path))
-    _remove_leftovers(real)
-    tmp = _create_temp(real)
+    check_room(real, size)
+    try:
+        _remove_leftovers(real)
+        tmp = _create_temp(real)
+    except OSError as e:
+        raise write_error(path, e) from e
     _LIVE.add(tmp.name)
     try:
         yield tmp
@@ -67,19 +75,30 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         finally:
             os.close(fd)
         os.replace(tmp, real)
-    except BaseException:
+    except WriteError:
         tmp.unlink(missing_ok=True)
+        raise
+    except (OSError, RuntimeError) as e:  # h5py raises RuntimeError for some failed writes
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if isinstance(e, RuntimeError) and "write" not in str(e).lower():
+            raise
+        raise write_error(path, e) from e
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
         raise
     finally:
         _LIVE.discard(tmp.name)
     _fsync_dir(real.parent)
 
 
-def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
+def write_atomic(path: str | Path, write: Callable[[Path], object], size: int = 0) -> Path:
     """Call ``write(tmp_path)`` and move the result to ``path`` atomically (see the module's
     docstring). ``tmp_path`` ends in ``.tmp``: writers that infer a format from the file name
-    (matplotlib's ``savefig``) must be given it (``format=``). Returns ``path`` as given."""
-    with atomic_path(path) as tmp:
+    (matplotlib's ``savefig``) must be given it (``format=``). ``size``: the bytes it will
+    take, when known (checked against the free space first). Returns ``path`` as given."""
+    with atomic_path(path, size) as tmp:
         write(tmp)
     return Path(path)
 

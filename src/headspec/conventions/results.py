@@ -201,9 +201,8 @@ def config_of(ds: xr.Dataset) -> dict:
 
 def save(ds: xr.Dataset, path: str | Path) -> Path:
     """Write netCDF (h5netcdf) atomically: a crash leaves the old file or the whole new one."""
-    return write_atomic(
-        path, lambda tmp: ds.to_netcdf(tmp, engine="h5netcdf", invalid_netcdf=False)
-    )
+    size = ds.nbytes + (64 << 10) * (len(ds.variables) + 1)  # data + HDF5 headers, generously
+    return write_atomic(path, lambda tmp: ds.to_netcdf(tmp, engine="h5netcdf"), size=size)
 
 
 def load(path: str | Path, kinds: tuple[str, ...] = RUN_KINDS) -> xr.Dataset:

@@ -65,17 +65,88 @@ def psd_project(S: Array) -> Array:
     return (V * jnp.maximum(w, 0.0)[None, :]) @ V.T
 
 
-@jax.custom_batching.sequential_vmap
-def _eigh(S):
-    """``jnp.linalg.eigh``, batched by a loop (one matrix per LAPACK call) under ``vmap``.
+# ------------------------------------------------------------------- LAPACK, one matrix a call
+# On CPU (jaxlib 0.10.2) every batched LAPACK kernel (eigh, Cholesky, LU and so solve, QR, SVD,
+# triangular solves: each takes XLA's intra-op thread pool) splits its batch over that pool and
+# waits for the pieces on a pool thread. Two such calls running at once (XLA runs independent
+# operations concurrently) each hold a thread and wait for the other's pieces: with two pool
+# threads (a 2-core machine) they wait forever. It hung the test suite (a batched eigh) and the
+# diffusion engine's default exact drift with 16 seeds (a batched LU: the control-variate solve
+# of dynamics/eta2.py, under vmap over seeds). Every LAPACK call of the package therefore goes
+# through the wrappers below: one matrix per call, a loop under ``vmap`` and over leading axes
+# (tests/test_linalg_deadlock.py; a structural test keeps other modules off jnp.linalg's
+# decompositions). For the small matrices here the loop costs the same (400 eighs of 13 × 13:
+# 7.7 s vs 8.2 s per 1000).
 
-    On CPU (jaxlib 0.10.2) a batched LAPACK ``syevd`` splits its batch over XLA's intra-op
-    thread pool and waits for the pieces on a pool thread. Two such calls running at once (XLA
-    runs independent operations concurrently) each hold a thread and wait for the other's
-    pieces: with two pool threads (a 2-core machine) they wait forever. This hung the test
-    suite; a loop of single-matrix calls cannot (tests/test_linalg_deadlock.py), at the same
-    speed for the small matrices here (400 eighs of 13 × 13: 7.7 s vs 8.2 s per 1000)."""
+
+def _one_at_a_time(fn):
+    """``fn`` of one matrix (its last two axes), looped over any leading axes and under ``vmap``
+    (``sequential_vmap``): never a batched LAPACK call."""
+    looped = jax.custom_batching.sequential_vmap(fn)
+
+    def call(A, *rest):
+        if A.ndim > 2:  # explicit leading axes: vmap → the sequential rule → a loop
+            axes = [0 if jnp.ndim(r) == A.ndim else None for r in rest]  # batched like A, or shared
+            return jax.vmap(call, in_axes=(0, *axes))(A, *rest)
+        return looped(A, *rest)
+
+    call.__doc__ = fn.__doc__
+    call.__name__ = fn.__name__
+    return call
+
+
+@_one_at_a_time
+def _eigh(S):
+    """``jnp.linalg.eigh`` of one symmetric matrix: eigenvalues ascending, eigenvectors."""
     return jnp.linalg.eigh(S)
+
+
+@_one_at_a_time
+def cholesky(S: Array) -> Array:
+    """The lower-triangular Cholesky factor of a symmetric positive-definite S (…, n, n)."""
+    return jnp.linalg.cholesky(S)
+
+
+@_one_at_a_time
+def qr(A: Array) -> tuple[Array, Array]:
+    """The reduced QR factorisation of A (…, m, n): Q (…, m, k), R (…, k, n)."""
+    return jnp.linalg.qr(A)
+
+
+@_one_at_a_time
+def svd(A: Array) -> tuple[Array, Array, Array]:
+    """The SVD U, σ, Vᵀ of A (…, m, n) (full matrices, as ``jnp.linalg.svd``)."""
+    return jnp.linalg.svd(A)
+
+
+@_one_at_a_time
+def _lu_solve(A: Array, B: Array) -> Array:
+    return jnp.linalg.solve(A, B)
+
+
+@jax.custom_jvp
+def solve(A: Array, B: Array) -> Array:
+    """X with A X = B for a square A (…, n, n) and B (…, n, k) (LU with partial pivoting).
+
+    Differentiable in both arguments, forward and reverse: the tangent dX = A⁻¹(dB − dA X) is
+    written with A⁻¹ as a primal value (a product, linear in the tangents), so no LAPACK call is
+    ever differentiated or transposed."""
+    return _lu_solve(A, B)
+
+
+@solve.defjvp
+def _solve_jvp(primals, tangents):
+    A, B = primals
+    dA, dB = tangents
+    X = _lu_solve(A, B)
+    eye = jnp.broadcast_to(jnp.eye(A.shape[-1], dtype=A.dtype), A.shape)
+    Ainv = _lu_solve(A, eye)  # (…, n, n)
+    return X, Ainv @ (dB - dA @ X)
+
+
+def eigvalsh(S: Array) -> Array:
+    """The eigenvalues of a symmetric S (…, n, n) (its symmetric part), ascending."""
+    return _eigh(0.5 * (S + jnp.swapaxes(S, -1, -2)))[0]
 
 
 def _clipped_eigh(S, rtol):

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from headspec.core.latent import LatentLaw
-from headspec.core.linalg import psd_root
+from headspec.core.linalg import psd_root, qr
 from headspec.core.precision import float64
 
 Array = jax.Array
@@ -43,7 +43,7 @@ def make_frame(key: Array, D: int, F: int, kind: FrameKind = "random", dtype=jnp
     if kind != "random":
         raise ValueError(f"unknown frame kind {kind!r}: use 'random' or 'canonical'")
     G = jax.random.normal(key, (D, F), dtype=dtype)  # (D, F)
-    U, R = jnp.linalg.qr(G)  # (D, F), (F, F)
+    U, R = qr(G)  # (D, F), (F, F)
     return U * jnp.sign(jnp.diag(R))[None, :]  # (D, F), Haar-distributed frame
 
 
@@ -94,7 +94,7 @@ class Task(eqx.Module):
             raise ValueError(f"need D ≥ F + H = {self.F + H} to realise Q, got D = {self.D}")
         key = jax.random.key(0) if key is None else key
         G = jax.random.normal(key, (self.D, H), dtype=self.U.dtype)  # (D, H)
-        V, _ = jnp.linalg.qr(jnp.concatenate([self.U, G], axis=1))  # (D, F+H)
+        V, _ = qr(jnp.concatenate([self.U, G], axis=1))  # (D, F+H)
         V = V[:, self.F :]  # (D, H), orthonormal, ⟂ U
         return K + jnp.sqrt(self.D) * S @ V.T  # (H, D)
 

@@ -56,7 +56,7 @@ import numpy as np
 from headspec.core.attention import Activation
 from headspec.core.exact import exact_risk
 from headspec.core.latent import Gaussian, LatentLaw
-from headspec.core.linalg import principal_root
+from headspec.core.linalg import principal_root, solve, svd
 from headspec.core.precision import float64
 from headspec.core.quadrature import Quadrature
 from headspec.core.shadows import head_constants, independent_mean, symmetric_mean, token_laws
@@ -212,10 +212,9 @@ def _diag_root(C: Array) -> Array:
     return jnp.sqrt(jnp.maximum(jnp.diagonal(C), 1e-30))
 
 
-@jax.custom_batching.sequential_vmap
 def _polar(A: Array) -> Array:
-    """The orthogonal polar factor U Wᵀ of A = U Σ Wᵀ (batched by a loop, as linalg's eigh)."""
-    U, _, Wt = jnp.linalg.svd(A)
+    """The orthogonal polar factor U Wᵀ of A = U Σ Wᵀ (one LAPACK call per matrix: linalg.svd)."""
+    U, _, Wt = svd(A)
     return U @ Wt
 
 
@@ -338,7 +337,7 @@ def _eta2(M, Q, b, grad, activation, law, samples: ScoreSamples, controls, quad,
         A = Cxx / jnp.outer(ds, ds) + jnp.diag(n * tol**2 / ds**2)
         A = jnp.where(jnp.outer(live, live), A, jnp.eye(q))
         rhs = jnp.where(live[:, None], Cxy / ds[:, None], 0.0)
-        beta = jnp.linalg.solve(A + 1e-12 * jnp.eye(q), rhs) / ds[:, None]  # (q, P)
+        beta = solve(A + 1e-12 * jnp.eye(q), rhs) / ds[:, None]  # (q, P)
         est = yr - (xr - mu[None]) @ beta  # (R, P)
         var1 = Cyy - 2 * jnp.sum(beta * Cxy, 0) + jnp.sum(beta * (Cxx @ beta), 0)  # (P,)
         dof = n - 1 - jnp.sum(live)

@@ -43,7 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from headspec.core.linalg import psd_root
+from headspec.core.linalg import psd_root, qr
 from headspec.core.precision import float64
 from headspec.core.stats import sample_mean_se
 from headspec.dynamics.jacobian import drift_integrand
@@ -93,7 +93,7 @@ def _unpack(x, G, F):
 def _factor(state: OrderParameters) -> Array:
     """W lower-triangular with WWᵀ = Q − MMᵀ (eigen-clipped, then a QR to make it triangular)."""
     S = psd_root(state.Q - state.M @ state.M.T)  # (G, G), S Sᵀ = C
-    _, R = jnp.linalg.qr(S.T)  # S = Rᵀ Qᵀ: Rᵀ is lower-triangular with Rᵀ R = S Sᵀ
+    _, R = qr(S.T)  # S = Rᵀ Qᵀ: Rᵀ is lower-triangular with Rᵀ R = S Sᵀ
     return R.T
 
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from headspec.core.attention import Activation
 from headspec.core.latent import LatentLaw
+from headspec.core.linalg import eigvalsh
 from headspec.core.observables import BaseSamples, Observation, population_risk
 from headspec.core.precision import float64
 from headspec.dynamics.problem import (
@@ -69,7 +70,7 @@ def drift_and_jacobian(problem: DriftProblem, state: OrderParameters, jitter=0.0
     H, F = state.M.shape
     Q = state.Q + jitter * jnp.eye(H, dtype=state.Q.dtype)
     needs_root = not (isinstance(problem.method, Exact) and not problem.eta2)
-    smallest = float(jnp.linalg.eigvalsh(Q - state.M @ state.M.T).min())
+    smallest = float(eigvalsh(Q - state.M @ state.M.T).min())
     if needs_root and smallest <= 1e-10 * max(1.0, float(jnp.trace(Q))):
         raise ValueError(
             f"Q − MMᵀ is singular here (smallest eigenvalue {smallest:.3g}): the Jacobian of the "

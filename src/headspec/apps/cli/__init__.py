@@ -29,6 +29,7 @@ os.environ.setdefault("EQX_ON_ERROR", "nan")
 import typer
 
 from headspec.apps.cli.common import app, out
+from headspec.conventions.disk import WRITE_CAUSES, WriteError, write_error
 
 # Importing a command module registers its commands on `app`; the import order is the order of
 # the commands in `headspec --help`.
@@ -103,6 +104,15 @@ def main() -> None:
         code = 0
     except SystemExit as e:
         code = e.code
+    except OSError as e:  # a full disk, a vanished folder: one line (finished work is kept)
+        if not isinstance(e, WriteError):
+            if e.errno not in WRITE_CAUSES:
+                raise
+            e = write_error(e.filename or "a file", e)
+        from headspec.apps.cli.common import err
+
+        err.print(f"error: {e}", markup=False, highlight=False, soft_wrap=True, style="red")
+        code = 1
     except KeyboardInterrupt:  # before the command started (importing JAX)
         code = 130
     sys.exit(interrupts.finish(code))

@@ -7,6 +7,7 @@ Messages for the user go to ``err`` (stderr), results to ``out`` (stdout). Bad i
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated
@@ -84,6 +85,24 @@ def check_paths(outputs, inputs=(), managed=(), make_folders: bool = False) -> N
         check_outputs(list(outputs), list(inputs), list(managed), make_folders)
     except PathError as e:
         fail(str(e))
+    _check_free_space([p for _, p in outputs if p is not None])
+
+
+def _check_free_space(paths) -> None:
+    """Refuse, before any work, an output on a disk that is already (nearly) full: less than
+    headspec.conventions.disk.HEADROOM free where it would be written."""
+    from headspec.conventions.disk import HEADROOM, free_bytes
+
+    for path in paths:
+        folder = Path(os.path.realpath(path)).parent
+        while not folder.is_dir() and folder != folder.parent:
+            folder = folder.parent  # a folder the command will create: the disk it will be on
+        free = free_bytes(folder)
+        if free is not None and free < HEADROOM:
+            fail(
+                f"the disk of {str(path)!r} is full ({free / 2**20:.2f} MiB free, at least "
+                f"{HEADROOM >> 20} MiB needed); fix: free space on it or write elsewhere"
+            )
 
 
 def figure_paths(folder: Path, stem: str, names, fmts) -> list[tuple[str, Path]]:
@@ -111,6 +130,7 @@ def check_output_dir(folder: Path | None, option: str = "--out-dir") -> None:
         probe = probe.parent
     if not probe.is_dir() or not _writable(probe):
         fail(f"cannot write in {option} {str(folder)!r}; fix: choose a writable folder")
+    _check_free_space([folder / "-"])
 
 
 def load_or_fail(

@@ -133,6 +133,7 @@ def reproduce(
     stop at their next run (their runs in progress on a local cluster end with it), every
     finished run stays in ``outdir/data``, no report is written, and the interrupt propagates."""
     from headspec.apps.sweep.cluster import available_cores, dask_client
+    from headspec.apps.sweep.manifest import folder_lock
 
     ids = [study] if study else list(only or RECIPES)
     named = [] if study else [i for i in ids if i in STUDIES]  # never in the paper's report
@@ -149,8 +150,11 @@ def reproduce(
     n = workers or available_cores()
     use_dask = scheduler is not None or (n > 1 and (scale in SCALES or workers is not None))
     with (
-        dask_client(scheduler, workers, security) if use_dask else contextlib.nullcontext()
-    ) as client:
+        folder_lock(outdir, "headspec reproduce or study"),  # one writer per report folder
+        dask_client(scheduler, workers, security)
+        if use_dask
+        else contextlib.nullcontext() as client,
+    ):
         if client is None:
             for k, exp_id in enumerate(ids):
                 if progress:

@@ -18,8 +18,8 @@ from headspec.apps.sweep.manifest import (
     MANIFEST,
     MANIFEST_VERSION,
     _file_status,
-    _folder_lock,
     _sha256,
+    folder_lock,
     is_sweep_manifest,
     read_manifest,
     spec_differences,
@@ -193,7 +193,7 @@ def run(
                        on_start=on_start, on_result=on_result)  # fmt: skip
     check_folder(sweep, force)  # a refused folder is left as it was: nothing made, no lock
     sweep.out.mkdir(parents=True, exist_ok=True)
-    with _folder_lock(sweep.out):
+    with folder_lock(sweep.out):
         return _run(sweep, scheduler, workers, client, force, collect_after, on_start, on_result)
 
 

@@ -159,9 +159,10 @@ def _file_status(path: Path) -> dict:
 
 # ----------------------------------------------------------------------------- folder lock
 @contextlib.contextmanager
-def _folder_lock(folder: Path) -> Iterator[None]:
+def folder_lock(folder: Path, what: str = "headspec sweep") -> Iterator[None]:
     """An exclusive lock on ``folder/.lock`` for this process (released by the OS if it dies);
-    the file is deleted when the lock is released, so that no run leaves it behind."""
+    the file is deleted when the lock is released, so that no run leaves it behind. ``what``
+    names the command in the refusal (a sweep, ``reproduce`` and ``study`` use it)."""
     try:
         import fcntl
     except ImportError:  # not POSIX: no lock
@@ -175,7 +176,7 @@ def _folder_lock(folder: Path) -> Iterator[None]:
         except BlockingIOError:
             f.close()
             raise SweepError(
-                f"another headspec sweep is running in {folder}; fix: wait for it to finish, or "
+                f"another {what} is running in {folder}; fix: wait for it to finish, or "
                 "give another output folder (--out)"
             ) from None
         try:  # the holder before us may have deleted the file we opened: lock the new one

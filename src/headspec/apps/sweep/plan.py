@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from headspec.apps.sweep.spec import MODELS, Range, SweepSpec
-from headspec.conventions.budget import check_sweep_size, check_work
+from headspec.conventions.budget import check_sweep_size, check_sweep_task
 from headspec.conventions.config import (
     ConfigError,
     format_validation_error,
@@ -141,7 +141,7 @@ def resolve(spec: SweepSpec, root: str | Path = ".", out: str | Path | None = No
             data = dict(data, seed=s0, seeds=n)
             try:
                 cfg = model.model_validate(data)
-                check_work(cfg)  # steps that overflow or never finish, numbers beyond 64 bits
+                check_sweep_task(cfg)  # numbers, steps that never finish, memory
             except (ValidationError, ConfigError) as e:
                 where = ", ".join(f"{a.key} = {json.dumps(v)}" for a, v in _pairs(axes, params))
                 msg = format_validation_error(e, model) if isinstance(e, ValidationError) else e

@@ -264,6 +264,38 @@ def parse_value(
         ) from None
 
 
+def split_key(key: str) -> list[str]:
+    """A dotted key as TOML reads it: ``config."model.activation"`` → ["config",
+    "model.activation"] (a quoted part keeps its dots); a key TOML cannot read is split at
+    every dot.
+
+    >>> split_key('config."model.activation"'), split_key("task.latent.a")
+    (['config', 'model.activation'], ['task', 'latent', 'a'])
+    """
+    try:
+        node = tomllib.loads(f"{key.strip()} = 0")
+    except tomllib.TOMLDecodeError:
+        return [p.strip() for p in key.strip().split(".")]
+    path = []
+    while isinstance(node, dict) and len(node) == 1:
+        ((k, node),) = node.items()
+        path.append(k)
+    return path
+
+
+def _split_assignment(item: str) -> tuple[str, str]:
+    """``KEY=VALUE`` split at the first '=' outside a quoted part of KEY."""
+    quote = None
+    for i, c in enumerate(item):
+        if quote:
+            quote = None if c == quote else quote
+        elif c in "\"'":
+            quote = c
+        elif c == "=":
+            return item[:i], item[i + 1 :]
+    return item.split("=", 1)  # type: ignore[return-value]
+
+
 def parse_override(
     item: str, is_text: Callable[[list[str]], bool | None] | None = None, what: str | None = None
 ) -> tuple[list[str], Any]:
@@ -272,8 +304,8 @@ def parse_override(
     what = what or f"override {item!r}"
     if "=" not in item:
         raise ConfigError(f"{what} has no '='; fix: write it as key.path=value")
-    key, raw = item.split("=", 1)
-    path = [p.strip() for p in key.strip().split(".")]
+    key, raw = _split_assignment(item)
+    path = split_key(key)
     if not all(path):
         raise ConfigError(f"{what} has an empty key; fix: write it as key.path=value")
     return path, parse_value(raw, path, is_text, what)

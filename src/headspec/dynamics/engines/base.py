@@ -38,7 +38,7 @@ import numpy as np
 
 from headspec.core.attention import Activation
 from headspec.core.latent import LatentLaw
-from headspec.core.linalg import bartlett, psd_root
+from headspec.core.linalg import bartlett, cholesky, psd_root
 from headspec.core.observables import BaseSamples, Observation
 from headspec.core.precision import float64, float64_context
 
@@ -71,7 +71,7 @@ def given_coordinates(key: Array, M: Array, Q: Array, D, noise) -> tuple[Array, 
     P = R + nu * jax.random.normal(k2, (H, H), dtype)  # (H, H): inside the keys' span
     T = bartlett(k3, jnp.asarray(D, jnp.int64) - F - H, H, dtype)  # (H, H): outside it
     G = P @ P.T + nu**2 * (T @ T.T)  # (H, H)
-    W = jnp.where(nu > 0, jnp.linalg.cholesky(G), R)  # (H, H)
+    W = jnp.where(nu > 0, cholesky(G), R)  # (H, H)
     return X, W
 
 

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 
 from headspec.core.attention import loss_finite, predict
 from headspec.core.latent import LatentLaw
-from headspec.core.linalg import psd_root
+from headspec.core.linalg import psd_root, qr
 from headspec.core.observables import BaseSamples, Observation, population_risk
 from headspec.core.precision import float64
 from headspec.core.stats import sample_mean_se
@@ -103,7 +103,7 @@ def _full_start(frame_keys, init_keys, D: int, frame_kind: str, M, Q, b, noise):
         U = make_frame(kf, D, F, frame_kind, dtype)  # (D, F)
         G = jax.random.normal(k1, (D, H), dtype)  # (D, H)
         G = G - U @ (U.T @ G)  # (D, H) orthogonal to the frame
-        V, _ = jnp.linalg.qr(G)  # (D, H)
+        V, _ = qr(G)  # (D, H)
         K = jnp.sqrt(jnp.asarray(D, dtype)) * (M @ U.T + R @ V.T)  # (H, D)
         return U, K + noise * jax.random.normal(k2, (H, D), dtype)  # (D, F), (H, D)
 

@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from headspec.core.attention import loss_finite, predict
-from headspec.core.linalg import bartlett, chi2
+from headspec.core.linalg import bartlett, chi2, cholesky
 from headspec.core.names import reduced_fits
 from headspec.core.observables import BaseSamples, Observation, population_risk
 from headspec.core.precision import float64
@@ -169,7 +169,7 @@ class ReducedEngine(SGDEngine):
         # Gram–Schmidt makes of them: the Cholesky factor of their Gram matrix, in float64 (heads
         # that nearly coincide make it ill-conditioned; float32 would lose their difference)
         P = K_new[:, F:].astype(jnp.float64)  # (H, H + BL)
-        W = jnp.linalg.cholesky(P @ P.T).astype(C.dtype)  # (H, H) lower-triangular, W Wᵀ = P Pᵀ
+        W = cholesky(P @ P.T).astype(C.dtype)  # (H, H) lower-triangular, W Wᵀ = P Pᵀ
         return frame, jnp.concatenate([K_new[:, :F], W], axis=1), b_new, value
 
     @float64
