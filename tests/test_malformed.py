@@ -245,6 +245,17 @@ CASES: dict[str, Case] = {
     "sweep-out-is-file": sweep(SPEC, "-o", "{in}/spec.toml", expect=("--out", "is a file")),
     "sweep-workers-zero": sweep(SPEC, "-o", "{tmp}/sw", "--workers", "0",
                                 expect=("'--workers'",), fix=False),
+    # issue 51: sizes that cannot fit, refused before any task is sent out or folder made
+    "sweep-workers-too-many": sweep(SPEC, "-o", "{tmp}/sw", "--workers", "100000",
+                                    expect=("--workers 100000", "runs no faster")),
+    "sweep-memory-theory-n": sweep(SPEC, "-o", "{tmp}/sw", "--axis", "theory.n=[1000000000]",
+                                   expect=("sweep point", "theory.n", "memory")),
+    "sweep-memory-D-full": sweep(SPEC, "-o", "{tmp}/sw", "--set", 'sweep.kind="simulate"',
+                                 "--set", 'config."train.engine"="full"',
+                                 "--axis", "task.D=[100000000]",
+                                 expect=("task.D = 100000000", "memory")),
+    "sweep-set-quoted-key": sweep(SPEC, "-o", "{tmp}/sw", "--set", 'config."model.H"=0',
+                                  expect=("model.H",)),
     "sweep-status-missing": sweep("status", "{tmp}/nope", expect=("nope",)),
     "sweep-collect-missing": sweep("collect", "{tmp}/nope", expect=("nope",)),
     # ------------------------------------------------------------ reproduce
@@ -252,6 +263,10 @@ CASES: dict[str, Case] = {
     "reproduce-only": Case(("reproduce", "--only", "E9", "-o", "{tmp}/r"), ("--only", "E9")),
     "reproduce-out-is-file": Case(("reproduce", "--only", "E4", "-o", "{in}/spec.toml"),
                                   ("--out", "is a file")),
+    "reproduce-workers-too-many": Case(("reproduce", "--only", "E4", "--workers", "100000",
+                                        "-o", "{tmp}/r"), ("--workers 100000", "cores")),
+    "study-workers-too-many": Case(("study", "finite_size", "--workers", "100000",
+                                    "-o", "{tmp}/r"), ("--workers 100000", "cores")),
 }
 # fmt: on
 
@@ -364,7 +379,7 @@ def test_malformed_input_is_refused(case, inputs, tmp_path, monkeypatch):
 def test_the_suite_covers_every_command_with_enough_cases():
     commands = {c.args[0] for c in CASES.values()}
     assert commands == {"simulate", "theory", "bayes", "compare", "plot", "prune", "saddles",
-                        "sweep", "reproduce"}  # fmt: skip
+                        "sweep", "reproduce", "study"}  # fmt: skip
     assert len(CASES) >= 100
 
 

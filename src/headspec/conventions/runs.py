@@ -137,8 +137,21 @@ def solve(cfg, progress: Callable[[float, float], None] | None = None, schedule=
         "n_drift": int(problem.base.n),
         "head_cyclic": int(build.theory_head_cyclic(cfg)),
         "solver_steps": n_steps,
+        **_beyond_reach(problem, ts, obs),
     }
     return assemble("theory", cfg, law, ts, steps, seed_ids, obs, fail_step, fail_t, extra)
+
+
+def _beyond_reach(problem, ts, obs) -> dict:
+    """For the exact drift: its reach in Q_hh and the first grid time at which a seed's state
+    was beyond it (NaN: never), where the drift fell back to sampling (``Exact.in_reach``)."""
+    reach = getattr(problem.method, "reach", None)
+    if reach is None:
+        return {}
+    qmax = np.array([np.max(np.diagonal(o.Q, axis1=-2, axis2=-1)) for o in obs])  # (T,)
+    beyond = np.flatnonzero(qmax > reach)
+    return {"exact_reach": float(reach),
+            "sampled_from_t": float(ts[beyond[0]]) if beyond.size else float("nan")}  # fmt: skip
 
 
 _BAYES_MEMO: dict[tuple, MCEstimate] = {}

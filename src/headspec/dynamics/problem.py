@@ -64,6 +64,7 @@ from headspec.core.observables import (
     token_projections,
 )
 from headspec.core.precision import float64, float64_context
+from headspec.core.quadrature import reach
 from headspec.core.stats import sample_mean_se
 from headspec.dynamics.eta2 import RiskGradient, ScoreSamples, eta2_traced
 
@@ -237,6 +238,8 @@ class Exact(Method):
     symmetric: bool = eqx.field(static=True)
     accuracy: float = eqx.field(static=True)
     jacobian_accuracy: float = eqx.field(static=True)
+    #: the largest Q_hh whose score grid keeps the stated accuracy (:meth:`in_reach`)
+    reach: float = eqx.field(static=True)
 
     def __init__(
         self,
@@ -256,6 +259,21 @@ class Exact(Method):
         # floors of their "standard errors" in fixed-point tests and eigenvalue verdicts
         self.accuracy = 1e-9 if fine else 1e-8
         self.jacobian_accuracy = 1e-7 if fine else 3e-5
+        self.reach = reach(self.quad)
+
+    def in_reach(self, state) -> Array:
+        """Whether the quadrature keeps its accuracy at ``state``: every Q_hh ≤ :attr:`reach`.
+        Beyond it (large keys: sharp attention) the score grids are too coarse and the drift is
+        wrong by far more than :attr:`accuracy` (∂R/∂Q₁₁ = 0.00334 against 0.00037 at
+        Q_hh = 128), so :meth:`drift_from` and :meth:`vector_field_from` take the sampled route
+        on ``base`` there instead, with its standard errors (SPEC §5: never an unbounded value).
+        """
+        return jnp.max(jnp.diagonal(state.Q)) <= self.reach
+
+    def fallback(self) -> Sampled:
+        """The sampled method beyond :attr:`reach`: every term on ``base`` (head-cyclic where the
+        estimate is, so that heads alike stay alike)."""
+        return Sampled(self.base.head_cyclic() if self.cyclic else self.base, name="qmc")
 
     def risk_and_gradient(self, problem, state) -> RiskGradient:
         """R and (R_M, R_Q, R_b) by quadrature (Q's entries as independent coordinates)."""
@@ -297,6 +315,27 @@ class Exact(Method):
         return terms(mean_terms).g_g, None
 
     def drift_from(self, problem, state, terms, lr, lr_b):
+        return jax.lax.cond(
+            self.in_reach(state),
+            lambda: self._exact_drift(problem, state, terms, lr, lr_b),
+            lambda: self._sampled(problem, state, lr, lr_b, field=False),
+        )
+
+    def vector_field_from(self, problem, state, terms, lr, lr_b):
+        return jax.lax.cond(
+            self.in_reach(state),
+            lambda: self._exact_field(problem, state, terms, lr, lr_b),
+            lambda: self._sampled(problem, state, lr, lr_b, field=True),
+        )
+
+    def _sampled(self, problem, state, lr, lr_b, field: bool):
+        """The fallback's drift (``field``: its vector field only) on its own samples."""
+        m = self.fallback()
+        law, act = problem.law, problem.activation
+        terms = lambda contract: expect_terms(state, act, law, m.base, contract)  # noqa: E731
+        return (m.vector_field_from if field else m.drift_from)(problem, state, terms, lr, lr_b)
+
+    def _exact_drift(self, problem, state, terms, lr, lr_b):
         grad = self.risk_and_gradient(problem, state)
         R, lin = self.linear(problem, state, lr, lr_b, grad)
         zero = jnp.zeros_like
@@ -307,7 +346,7 @@ class Exact(Method):
         dM, dQ, db = self._projected(OrderParameters(lin.M, dQ, lin.b))
         return Drift(dM, dQ, db, R, zero(lin.M), dQ_se, zero(lin.b), zero(R))
 
-    def vector_field_from(self, problem, state, terms, lr, lr_b):
+    def _exact_field(self, problem, state, terms, lr, lr_b):
         grad = self.risk_and_gradient(problem, state)
         _, lin = self.linear(problem, state, lr, lr_b, grad)
         if not problem.eta2:

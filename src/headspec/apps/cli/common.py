@@ -312,14 +312,20 @@ TlsKeyOpt = Annotated[
 ]
 
 
-def check_scheduler_options(scheduler, ca_file, cert, key, timeout=None):
+def check_scheduler_options(scheduler, ca_file, cert, key, timeout=None, workers=None):
     """Refuse a --scheduler address of bad syntax, TLS options without a tls:// scheduler,
-    missing TLS files and a non-positive --connect-timeout, before anything is made; returns the
+    missing TLS files, a non-positive --connect-timeout and a local cluster of more --workers
+    than the machine can run at once, before anything is made; returns the
     ``distributed.security.Security`` of the TLS options (None without them)."""
     import math
 
     from headspec.apps import sweep as sw
 
+    if scheduler is None and workers is not None:
+        try:
+            sw.check_workers(workers)
+        except sw.SweepError as e:
+            fail(str(e))
     tls = any(x is not None for x in (ca_file, cert, key))
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         fail(f"--connect-timeout {timeout} is not a positive time; fix: give seconds, e.g. 10")

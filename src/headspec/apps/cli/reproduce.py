@@ -87,7 +87,7 @@ def reproduce(
 
     if scale not in (*SCALES, TEST_SCALE):
         fail(f"--scale {scale!r} is not known; fix: use quick, overnight or full")
-    security = check_scheduler_options(scheduler, tls_ca_file, tls_cert, tls_key)
+    security = check_scheduler_options(scheduler, tls_ca_file, tls_cert, tls_key, workers=workers)
     ids = None
     if only is not None:  # an empty --only (an unset shell variable) is no selection
         ids = list(dict.fromkeys(x.strip().upper() for x in only.split(",") if x.strip()))

@@ -382,6 +382,15 @@ def theory(
                 fail(str(e))
         steps = plural(int(ds.attrs["solver_steps"]), "solver step")
         nan = _finish(ds, out_path, plot, f" ({steps})")
+        beyond = float(ds.attrs.get("sampled_from_t", float("nan")))
+        if beyond == beyond:  # the exact drift left its reach: say where, and what it did
+            err.print(
+                f"note: from t = {beyond:g} a seed's Q_hh was above {ds.attrs['exact_reach']:.3g},"
+                " beyond the exact quadrature's reach; the drift was sampled there (qmc on "
+                f"{ds.attrs['n_drift']} samples, as theory.method = \"qmc\"); result attributes "
+                "exact_reach and sampled_from_t",
+                markup=False, highlight=False, style="bold yellow", soft_wrap=True,
+            )  # fmt: skip
     failed = [int(s) for s, f in zip(ds.seed.values, ds.failed.values, strict=True) if f]
     if nan and not failed:
         raise typer.Exit(3)

@@ -68,7 +68,7 @@ def study(
              "them)")  # fmt: skip
     if scale not in STUDY_SCALES:
         fail(f"--scale {scale!r} is not known; fix: use {' or '.join(STUDY_SCALES)}")
-    security = check_scheduler_options(scheduler, tls_ca_file, tls_cert, tls_key)
+    security = check_scheduler_options(scheduler, tls_ca_file, tls_cert, tls_key, workers=workers)
     tls = [("--tls-ca-file", tls_ca_file), ("--tls-cert", tls_cert), ("--tls-key", tls_key)]
     out_dir = out_dir if out_dir is not None else Path("studies") / "out" / name
     run_and_report(scale, out_dir, None, scheduler, workers, security, tls, study=name)

@@ -108,7 +108,9 @@ def sweep_run(
     """
     from headspec.apps import sweep as sw
 
-    security = check_scheduler_options(scheduler, tls_ca_file, tls_cert, tls_key, connect_timeout)
+    security = check_scheduler_options(
+        scheduler, tls_ca_file, tls_cert, tls_key, connect_timeout, workers
+    )
     try:
         spec, root = sw.load_spec(spec_path, set_, axis)
         plan = sw.resolve(spec, root, out_dir)

@@ -43,6 +43,32 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+WORKER_BYTES = 1 << 30  # a local worker's memory: JAX, its compiled programs, one run's arrays
+
+
+def check_workers(workers: int | None) -> int:
+    """The size of a local cluster: ``workers`` (default: one per core), refused (SweepError,
+    naming --workers and the fix) beyond the cores this process may use or beyond the memory
+    for one :data:`WORKER_BYTES` each; a larger cluster only slows every worker down (and a
+    100 000-worker request took minutes and gigabytes before it failed)."""
+    from headspec.conventions.budget import available_memory, format_bytes
+
+    cores = available_cores()
+    if workers is None:
+        return cores
+    room = max(1, int(available_memory() // WORKER_BYTES))
+    most = min(cores, room)
+    if workers > most:
+        free = format_bytes(available_memory())
+        why = f"this machine has {cores} cores" if most == cores else f"~1 GB each, {free} free"
+        raise SweepError(
+            f"--workers {workers}: a local cluster of more than {most} workers ({why}) runs no "
+            f"faster; fix: --workers {most} or fewer, or a Dask scheduler of a cluster "
+            "(--scheduler)"
+        )
+    return workers
+
+
 def check_scheduler(address: str) -> str:
     """The address of a Dask scheduler, checked without connecting: a scheme Dask knows (none
     means tcp) and, for tcp/tls/ws/wss, a host and a port. Raises :class:`SweepError` naming
@@ -178,7 +204,7 @@ def dask_client(
         with _closed_after(client.close):
             yield client
         return
-    n = workers or available_cores()
+    n = check_workers(workers)
     with dask.config.set(NO_MALLOC_TRIM):
         with _signals_held():  # a Ctrl-C while the workers start: after the cluster is up
             cluster = LocalCluster(

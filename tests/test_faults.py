@@ -1,0 +1,156 @@
+"""Faults of the machine, not of the input (issue 51): a full disk, a folder removed during the
+run, a second writer in the same folder. Each ends in one line that names the file, the cause
+and the fix, a non-zero exit, no traceback and no file left half-written; what was finished
+before stays.
+
+The full disk is injected without a small file system: the writer raises ENOSPC as the kernel
+would (``results.save`` hands its writer to ``io.write_atomic``), or the free-space probe says
+the disk is full (HDF5 can crash the process on a real ENOSPC, so a write of known size is
+checked first: ``disk.check_room``). A real tmpfs is tried too where it can be mounted (slow
+tier: needs root).
+"""
+
+from __future__ import annotations
+
+import errno
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import xarray as xr
+from typer.testing import CliRunner
+
+from headspec.apps.cli import app
+from headspec.conventions import disk, io
+
+runner = CliRunner()
+
+
+def _small() -> xr.Dataset:
+    return xr.Dataset({"x": ("i", np.arange(4.0))})
+
+
+def test_enospc_inside_the_writer_is_one_write_error_and_no_file(tmp_path):
+    """The writer fails as on a full disk: WriteError naming the file and the cause, the
+    temporary file removed, the old file (if any) untouched."""
+    target = tmp_path / "r.nc"
+    target.write_text("old")
+
+    def full(tmp):
+        with open(tmp, "wb") as f:
+            f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with pytest.raises(disk.WriteError, match=r"r\.nc.*the disk is full.*fix:"):
+        io.write_atomic(target, full)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.nc"]
+    assert target.read_text() == "old"
+
+
+def test_a_library_wrapping_enospc_in_its_message_is_recognised(tmp_path):
+    """h5py and Pillow raise their own errors with the OS's words in the message."""
+
+    def h5py_like(tmp):
+        raise OSError("Can't write data (file write failed: errno = 28, error message = 'No "
+                      "space left on device')")  # fmt: skip
+
+    with pytest.raises(disk.WriteError, match="the disk is full"):
+        io.write_atomic(tmp_path / "a.nc", h5py_like)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_write_of_known_size_is_refused_when_the_disk_has_no_room(tmp_path, monkeypatch):
+    monkeypatch.setattr(disk, "free_bytes", lambda folder: 100_000)
+    called = []
+    with pytest.raises(disk.WriteError, match=r"the disk is full \(0\.1 MiB free"):
+        io.write_atomic(tmp_path / "a.nc", called.append, size=50_000)
+    assert called == [] and list(tmp_path.iterdir()) == []  # the writer never ran
+
+
+def test_a_folder_removed_during_the_run_is_one_write_error(tmp_path):
+    gone = tmp_path / "gone"
+    with pytest.raises(disk.WriteError, match="folder no longer exists"):
+        io.write_atomic(gone / "a.json", lambda tmp: tmp.write_text("{}"))
+
+
+def test_simulate_on_a_full_disk_exits_1_with_one_line(tmp_path, monkeypatch, capsys):
+    """The whole command through its entry point: the run finishes, saving finds the disk full
+    (the probe says so once the run is done), one line on stderr, exit 1, no file and no
+    traceback."""
+    import headspec.apps.cli as cli
+    from headspec.conventions import results
+
+    real_save = results.save
+
+    def full_save(ds, path):
+        monkeypatch.setattr(disk, "free_bytes", lambda folder: 1000)
+        return real_save(ds, path)
+
+    monkeypatch.setattr(results, "save", full_save)
+    out = tmp_path / "x.nc"
+    monkeypatch.setattr(sys, "argv", ["headspec", "simulate", "--D", "50", "--T", "0.1", "--H",
+                                      "2", "--set", "seeds=1", "--engine", "reduced", "-o",
+                                      str(out)])  # fmt: skip
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    text = " ".join(capsys.readouterr().err.split())
+    assert e.value.code == 1, text
+    assert "could not write" in text and "the disk is full" in text and "fix:" in text
+    assert "Traceback" not in text
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_output_on_a_full_disk_is_refused_before_any_work(tmp_path, monkeypatch):
+    import headspec.conventions.runs as runs
+
+    monkeypatch.setattr(disk, "free_bytes", lambda folder: 1000)
+    monkeypatch.setattr(runs, "simulate", lambda *a, **k: pytest.fail("computed"))
+    r = runner.invoke(app, ["simulate", "-o", str(tmp_path / "x.nc")])
+    assert r.exit_code == 2, r.output
+    assert "is full" in r.output and "fix:" in r.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_os_error_of_a_write_outside_atomic_writes_is_one_line(tmp_path, monkeypatch):
+    """A folder made by the command itself (mkdir) on a full disk: the entry point turns the OS
+    error into the same one line and exit 1."""
+    import headspec.apps.cli as cli
+
+    def boom(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "R" / "data"))
+
+    monkeypatch.setattr(cli, "app", boom)
+    monkeypatch.setattr(sys, "argv", ["headspec", "--help"])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    assert e.value.code == 1
+
+
+def test_reproduce_refuses_a_folder_another_reproduce_is_writing(tmp_path):
+    """Two `reproduce --out same` at once: the second is refused (the folder lock of sweeps)."""
+    from headspec.apps.sweep import SweepError
+    from headspec.apps.sweep.manifest import folder_lock
+
+    with folder_lock(tmp_path, "headspec reproduce or study"):
+        with pytest.raises(SweepError, match="another headspec reproduce or study is running"):
+            with folder_lock(tmp_path, "headspec reproduce or study"):
+                pass
+
+
+@pytest.mark.slow  # needs root to mount a tmpfs; a few seconds
+def test_simulate_on_a_real_full_tmpfs(tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=40k", "tmpfs", str(mnt)],
+                      capture_output=True).returncode != 0:  # fmt: skip
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        cmd = [sys.executable, "-m", "headspec.apps.cli", "simulate", "--D", "50", "--T", "0.1",
+               "--H", "2", "--engine", "reduced", "-o", str(mnt / "x.nc")]  # fmt: skip
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2, r.stderr
+        assert "is full" in r.stderr and "Traceback" not in r.stderr
+        assert list(mnt.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
