@@ -195,6 +195,9 @@ CASES: dict[str, Case] = {
     "prune-out-dir-is-file": Case(("prune", "{in}/sim.nc", "-o", "{in}/spec.toml"),
                                   ("--out-dir", "is a file")),
     # ------------------------------------------------------------ saddles
+    "saddles-n-memory": saddles("--from", "{in}/sim.nc", "--n", "1000000000",
+                                expect=("--n = 1,000,000,000", "memory")),
+    "saddles-config-n-memory": saddles("--n", "1000000000", expect=("--n", "memory")),
     "saddles-from-missing": saddles("--from", "{tmp}/nope.nc", expect=("nope.nc",
                                                                         "does not exist")),
     "saddles-from-seed-absent": saddles("--from", "{in}/sim.nc", "--seed", "7",

@@ -377,24 +377,34 @@ def estimate_prune(n: int, L: int, H: int, F: int, A: int, random_orders: int = 
     return Estimate("prune", terms, n * (1 + random_orders) * H * H, "risk samples")
 
 
+def estimate_jacobian(n: int, L: int, H: int, F: int, A: int, field: str = "--n") -> Estimate:
+    """Memory of a Jacobian of the drift on ``n`` samples (``headspec saddles``, the split map):
+    the samples and their per-sample gradients pushed forward along every direction at once (its
+    H·F + H(H+1)/2 + H columns, forward mode), for one state at a time. Rough (the columns
+    counted as seeds, C_DRIFT's temporaries each)."""
+    cols = H * F + H * (H + 1) // 2 + H
+    section = field.removesuffix(".n") if field.endswith(".n") else field
+    base, grads = _drift_terms(cols, n, False, L, H, F, A, section)
+    base = base._replace(fields=f"{field} = {_n(n)}", factors=((field, n, 1), ("task.L", L, 1)))
+    grads = grads._replace(
+        what="the drift's per-sample gradients along every direction of its Jacobian",
+        fields=f"(H·F + H(H+1)/2 + H) × {field} × atoms × task.L = {_n(cols)} × {_n(n)} × "
+        f"{_n(A)} × {_n(L)} (model.H = {H})",
+        fix=f"a smaller {field}, fewer heads (model.H) or a shorter task.L",
+        factors=((field, n, 1), ("task.latent.atoms", A, 1), ("task.L", L, 1), ("model.H", H, 2)),
+    )
+    return Estimate("the Jacobian", [base, grads], cols * n, "drift samples")
+
+
 def estimate_splitmap(cfg: SplitMapConfig) -> Estimate:
     """Memory of one setting of the split map: the drift's base samples and their per-sample
     gradients, pushed forward along every direction of the Jacobian at once (its H·F + H(H+1)/2
     + H columns, forward mode), for one state at a time. Rough (the Jacobian's columns counted
     as seeds, C_DRIFT's temporaries each), not measured beyond that rule."""
-    L, H = cfg.task.L, cfg.model.H
     F, A = _law_sizes(cfg.task.latent)
     n = cfg.map.n if cfg.map.method == "mc" else _sobol_n(cfg.map.n)
-    cols = H * F + H * (H + 1) // 2 + H
-    base, grads = _drift_terms(cols, n, False, L, H, F, A, "map")
-    grads = grads._replace(
-        what="the drift's per-sample gradients along every direction of its Jacobian",
-        fields=f"(H·F + H(H+1)/2 + H) × map.n × atoms × task.L = {_n(cols)} × {_n(n)} × {_n(A)}"
-        f" × {_n(L)} (model.H = {H})",
-        fix="a smaller map.n, fewer heads (model.H) or a shorter task.L",
-        factors=(("map.n", n, 1), ("task.latent.atoms", A, 1), ("task.L", L, 1), ("model.H", H, 2)),
-    )
-    return Estimate("the split map", [base, grads], cols * n, "drift samples")
+    est = estimate_jacobian(n, cfg.task.L, cfg.model.H, F, A, "map.n")
+    return Estimate("the split map", est.terms, est.work, est.work_what)
 
 
 def estimate(cfg) -> Estimate:

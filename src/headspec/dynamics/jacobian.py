@@ -230,6 +230,12 @@ def modes(jac: Jacobian, H: int, F: int) -> list[Mode]:
 
     E, R = symmetric_coordinates(H, F)
     Js = R @ np.asarray(jac.J) @ E
+    if not np.all(np.isfinite(Js)):
+        raise ValueError(
+            "the Jacobian of the drift is not finite at this state (overflowing keys or a "
+            "diverged run); fix: analyse a state with moderate overlaps (a run that converged, "
+            "e.g. at a lower train.lr)"
+        )
     w, U, V = eig(Js, left=True, right=True)  # U: left eigenvectors (uᴴ Js = λ uᴴ)
     # an exact symmetry's eigenvalue is zero to round-off, or to the method's accuracy
     tiny = max(1e-9 * max(1.0, float(np.linalg.norm(Js))), 3 * jac.accuracy)

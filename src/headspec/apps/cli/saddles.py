@@ -104,17 +104,39 @@ def saddles(
         if config is not None or set_:
             fail("--from analyses a result as it was run; fix: drop --config/--set, or drop --from")
         check_output_path(out_path, inputs=[("--from", from_)], also=also)
+        from headspec.conventions import results
+
         ds, i = load_result_seed(from_, seed)
         source, cfg = str(from_), None
+        _check_jacobian_size(
+            n,
+            ds.sizes["head"],
+            ds.sizes["feature"],
+            ds.sizes.get("atom", 1),
+            L=int(results.config_of(ds).get("task", {}).get("L", 10)),
+        )
     else:
         overrides = list(set_ or []) + ["seeds=1"] + ([] if seed is None else [f"seed={seed}"])
         cfg = load_or_fail(TheoryConfig, config, overrides, out_path, also=also)
         source = "ode"
+        F, A = cfg.task.latent.build().F, cfg.task.latent.build().n_atoms
+        _check_jacobian_size(n, cfg.model.H, F, A, cfg.task.L)
     started = time.time()
     with on_interrupt(lambda: not_written(out_path, started)):
         if cfg is not None:
             ds, i = _solve(cfg), 0
         _analyse(ds, i, n, not gradient_flow, group_cos, out_path, fmts, source, method)
+
+
+def _check_jacobian_size(n: int, H: int, F: int, A: int, L: int) -> None:
+    """Refuse an --n whose Jacobian this machine has no memory for, before any work."""
+    from headspec.conventions.budget import check_memory, estimate_jacobian
+    from headspec.conventions.config import ConfigError
+
+    try:
+        check_memory(estimate_jacobian(n, L, H, F, A or 1))
+    except ConfigError as e:
+        fail(str(e))
 
 
 def _solve(cfg):
@@ -144,7 +166,11 @@ def _analyse(ds, i, n, eta2, group_cos, out_path, fmts, source, method):
         def progress(done, total):
             bar.update(job, completed=done, total=total)
 
-        found = find_saddles(ds, i, n, eta2, group_cos, progress, method)
+        try:
+            found = find_saddles(ds, i, n, eta2, group_cos, progress, method)
+        except ValueError as e:  # a state the analysis cannot take (non-finite Jacobian)
+            bar.stop()
+            fail(f"cannot analyse seed {int(ds.seed[i])} of {source}: {e}", code=3)
     sd = to_dataset(found, ds, i, eta2=eta2, group_cos=group_cos, n=n, source=source,
                     method=method)  # fmt: skip
     out.print(_table(found, sd))
