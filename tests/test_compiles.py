@@ -9,6 +9,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from headspec.conventions.config import SimulateConfig, TheoryConfig, load_config
 from headspec.conventions.runs import simulate, solve
@@ -226,3 +227,53 @@ def test_collect_less_freezes_what_is_alive_and_collects_the_first_generation_le
         assert gc.get_freeze_count() >= max(frozen, 1)
     finally:
         gc.set_threshold(*before)
+
+
+DAMAGED_CHILD = r"""
+import glob, os, sys, warnings
+os.environ["HEADSPEC_JAX_CACHE"] = sys.argv[1]
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+import jax, jax.numpy as jnp
+from headspec.conventions.provenance import enable_compilation_cache
+from headspec.core.compiles import CompileCount
+enable_compilation_cache()
+f = lambda x: jnp.sin(x) @ jnp.cos(x).T + 1.0
+x = jnp.ones((7, 7))
+
+def run():
+    jax.clear_caches()
+    with warnings.catch_warnings(record=True) as w, CompileCount() as c:
+        warnings.simplefilter("always")
+        float(jax.jit(f)(x).sum())
+    return c.cache_hits, len([m for m in w if "cache" in str(m.message).lower()])
+
+print("first", *run())
+for path in glob.glob(os.path.join(sys.argv[1], "*-cache")):
+    data = bytearray(open(path, "rb").read())
+    if sys.argv[2] == "truncate":
+        data = data[: len(data) // 2]
+    else:  # zeros over the middle of the machine code
+        data[len(data) // 4 : len(data) // 2] = bytes(len(data) // 2 - len(data) // 4)
+    open(path, "wb").write(bytes(data))
+print("damaged", *run())
+print("again", *run())
+"""
+
+
+@pytest.mark.parametrize("damage", ["truncate", "zeros"])
+def test_a_damaged_cache_entry_is_skipped_and_written_anew(damage, tmp_path):
+    """issue 51: an entry damaged on disk is detected by its checksum, deleted and compiled
+    again — no JAX warning, no crash — and the new entry is read back by the next process
+    (a hit). Without the check JAX warned at every run and never rewrote the entry; some
+    damage made XLA crash (exit 139)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", DAMAGED_CHILD, str(tmp_path), damage],
+                       capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = dict((w[0], w[1:]) for w in (line.split() for line in r.stdout.splitlines()))
+    assert lines["first"] == ["0", "0"]  # compiled, written
+    assert lines["damaged"] == ["0", "0"]  # the damaged entry is a miss: compiled, no warning
+    hits, warned = (int(x) for x in lines["again"])
+    assert hits >= 1 and warned == 0  # the entries written anew are read back

@@ -180,6 +180,66 @@ def enable_compilation_cache() -> None:
     except OSError:  # read-only home: run without the cache
         return
     throttle_cache_eviction()
+    guard_cache_entries()
+
+
+# A compile-cache entry is machine code that XLA loads as it is: an entry damaged on disk (a
+# crash while writing on another file system, a bad sector, a copy cut short) made every command
+# fail (a parse error and a compile, for ever: JAX never rewrites an entry that exists) or crash
+# (exit 139 with no message). headspec's processes therefore write each entry behind a magic and
+# a checksum of its bytes and check both when they read it: an entry that does not match
+# (damaged, truncated, or written by another program or an older headspec) is deleted and read
+# as a miss, so the program compiles and the entry is written afresh. Cost: one BLAKE2b pass over
+# an entry of tens of kB per read (microseconds).
+_ENTRY_MAGIC = b"headspec-xla-1\n"
+_ENTRY_DIGEST = 16  # bytes of the BLAKE2b digest after the magic
+
+
+def guard_cache_entries() -> bool:
+    """Make JAX's persistent cache (jax._src.lru_cache.LRUCache) check every entry it reads
+    against the checksum headspec wrote with it (see above); returns whether it applies."""
+    import hashlib
+
+    try:
+        from jax._src import lru_cache
+    except ImportError:  # pragma: no cover - another JAX layout
+        return False
+    cls = getattr(lru_cache, "LRUCache", None)
+    get, put = getattr(cls, "get", None), getattr(cls, "put", None)
+    if get is None or put is None:
+        return False
+    if getattr(get, "_headspec_guarded", False):
+        return True
+    head = len(_ENTRY_MAGIC) + _ENTRY_DIGEST
+
+    def digest(body: bytes) -> bytes:
+        return hashlib.blake2b(body, digest_size=_ENTRY_DIGEST).digest()
+
+    def checked_get(self, key: str) -> bytes | None:
+        try:
+            value = get(self, key)
+        except Exception:  # unreadable (I/O error, lock timeout): a miss
+            return None
+        if value is None:
+            return None
+        body = value[head:]
+        if value[: len(_ENTRY_MAGIC)] == _ENTRY_MAGIC and value[len(_ENTRY_MAGIC) : head] == digest(
+            body
+        ):
+            return body
+        for suffix in ("-cache", "-atime"):  # damaged: gone, so that the compile is written anew
+            try:
+                (self.path / f"{key}{suffix}").unlink()
+            except Exception:
+                pass
+        return None
+
+    def checked_put(self, key: str, value: bytes) -> None:
+        put(self, key, _ENTRY_MAGIC + digest(value) + value)
+
+    checked_get._headspec_guarded = True
+    cls.get, cls.put = checked_get, checked_put
+    return True
 
 
 # JAX's bounded cache (jax._src.lru_cache.LRUCache, jaxlib 0.10) checks the bound at every
