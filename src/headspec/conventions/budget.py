@@ -378,10 +378,8 @@ def estimate_prune(n: int, L: int, H: int, F: int, A: int, random_orders: int = 
 
 
 def estimate_jacobian(n: int, L: int, H: int, F: int, A: int, field: str = "--n") -> Estimate:
-    """Memory of a Jacobian of the drift on ``n`` samples (``headspec saddles``, the split map):
-    the samples and their per-sample gradients pushed forward along every direction at once (its
-    H·F + H(H+1)/2 + H columns, forward mode), for one state at a time. Rough (the columns
-    counted as seeds, C_DRIFT's temporaries each)."""
+    """Memory of a Jacobian of the drift on ``n`` samples (saddles, the split map): its H·F +
+    H(H+1)/2 + H columns pushed forward at once, counted as seeds (rough, not measured)."""
     cols = H * F + H * (H + 1) // 2 + H
     section = field.removesuffix(".n") if field.endswith(".n") else field
     base, grads = _drift_terms(cols, n, False, L, H, F, A, section)
@@ -397,10 +395,7 @@ def estimate_jacobian(n: int, L: int, H: int, F: int, A: int, field: str = "--n"
 
 
 def estimate_splitmap(cfg: SplitMapConfig) -> Estimate:
-    """Memory of one setting of the split map: the drift's base samples and their per-sample
-    gradients, pushed forward along every direction of the Jacobian at once (its H·F + H(H+1)/2
-    + H columns, forward mode), for one state at a time. Rough (the Jacobian's columns counted
-    as seeds, C_DRIFT's temporaries each), not measured beyond that rule."""
+    """Memory of one setting of the split map: its Jacobians (:func:`estimate_jacobian`)."""
     F, A = _law_sizes(cfg.task.latent)
     n = cfg.map.n if cfg.map.method == "mc" else _sobol_n(cfg.map.n)
     est = estimate_jacobian(n, cfg.task.L, cfg.model.H, F, A, "map.n")
