@@ -154,3 +154,33 @@ def test_simulate_on_a_real_full_tmpfs(tmp_path):
         assert list(mnt.iterdir()) == []
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
+
+
+@pytest.mark.parametrize("command", ["prune", "saddles"])
+def test_a_diverged_seed_has_no_trained_state_to_analyse(command, tmp_path):
+    """prune and saddles of a seed that diverged: one line naming the time and a seed that did
+    not, exit 3, nothing written (before: NaN tables with exit 0, or empty tables)."""
+    from helpers import result_file
+
+    result_file(tmp_path / "div.nc", "simulation", diverged=True)
+    args = [command, str(tmp_path / "div.nc")] if command == "prune" else [
+        command, "--from", str(tmp_path / "div.nc"), "-o", str(tmp_path / "s.nc")]  # fmt: skip
+    r = runner.invoke(app, args)
+    text = " ".join(r.output.split())
+    assert r.exit_code == 3, (text, r.exception)
+    assert "seed 0" in text and "diverged at t = 0.5" in text and "--seed 1" in text
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["div.nc"]
+
+
+def test_a_scheduler_without_workers_is_refused_not_waited_on(monkeypatch):
+    """A Dask scheduler with no workers: tasks sent to it would wait for ever, silently. The
+    client waits WORKER_WAIT seconds for a first worker, then one line naming the fix."""
+    from distributed import LocalCluster
+
+    from headspec.apps.sweep import SweepError, cluster
+
+    monkeypatch.setattr(cluster, "WORKER_WAIT", 1.0)
+    with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as lc:
+        with pytest.raises(SweepError, match=r"has no workers.*fix: start some"):
+            with cluster.dask_client(lc.scheduler_address, timeout=1.0):
+                pass

@@ -21,6 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from headspec.apps.cli import app
+from helpers import result_file
 
 runner = CliRunner()
 
@@ -195,6 +196,7 @@ CASES: dict[str, Case] = {
     "prune-out-dir-is-file": Case(("prune", "{in}/sim.nc", "-o", "{in}/spec.toml"),
                                   ("--out-dir", "is a file")),
     # ------------------------------------------------------------ saddles
+    "simulate-out-dash": Case(("simulate", "-o", "-"), ("'-' is not a file name",)),
     "saddles-n-memory": saddles("--from", "{in}/sim.nc", "--n", "1000000000",
                                 expect=("--n = 1,000,000,000", "memory")),
     "saddles-config-n-memory": saddles("--n", "1000000000", expect=("--n", "memory")),
@@ -275,48 +277,15 @@ CASES: dict[str, Case] = {
 
 
 # ---------------------------------------------------------------------- shared input files
-def _result(path: Path, kind: str, H: int = 2) -> None:
-    """A small but complete result file (no computation: made-up observations)."""
-    from headspec.conventions import results
-    from headspec.conventions.config import SimulateConfig, TheoryConfig, load_config
-    from headspec.core.observables import Observation
-
-    model = SimulateConfig if kind == "simulation" else TheoryConfig
-    cfg = load_config(model, overrides=[f"model.H={H}", "task.D=50", "task.L=4", "train.T=1.0",
-                                        "seeds=2"])  # fmt: skip
-    S, T, F, J = 2, 4, cfg.task.latent.F, 2
-    rng = np.random.default_rng(0)
-    obs = Observation(
-        M=0.3 * rng.normal(size=(S, T, H, F)),
-        Q=np.broadcast_to(np.eye(H), (S, T, H, H)).copy(),
-        b=np.zeros((S, T, H)),
-        risk=np.full((S, T), 0.3),
-        risk_se=np.full((S, T), 1e-3),
-        risk_by_atom=np.full((S, T, J), 0.3),
-        test_risk=np.full((S, T), 0.31 if kind == "simulation" else np.nan),
-        test_risk_se=np.full((S, T), 1e-3),
-        test_risk_by_atom=np.full((S, T, J), 0.3),
-    )
-    extra = {"bayes_risk": 0.275, "bayes_risk_se": 0.001}
-    if kind == "theory":
-        extra |= {"solver_steps": 10, "init": "perturbed"}
-    steps = np.round(np.linspace(0, 50, T)).astype(int)  # t = step·B/D at D = 50
-    ds = results.from_observations(
-        kind=kind, t=steps / 50, steps=steps, seeds=np.arange(S), obs=obs,
-        fail_step=np.full(S, -1), fail_t=np.full(S, np.nan), config=cfg, extra_attrs=extra,
-    )  # fmt: skip
-    results.save(ds, path)
-
-
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> Path:
     """Input files shared by all cases (never written to by them)."""
     import xarray as xr
 
     folder = tmp_path_factory.mktemp("inputs")
-    _result(folder / "sim.nc", "simulation")
-    _result(folder / "th.nc", "theory")
-    _result(folder / "th_H3.nc", "theory", H=3)
+    result_file(folder / "sim.nc", "simulation")
+    result_file(folder / "th.nc", "theory")
+    result_file(folder / "th_H3.nc", "theory", H=3)
     (folder / "text.nc").write_text("not netCDF\n")
     (folder / "empty.nc").write_bytes(b"")
     xr.Dataset({"x": ("i", np.arange(3.0))}).to_netcdf(folder / "plain.nc", engine="h5netcdf")

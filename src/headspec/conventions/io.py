@@ -258,6 +258,9 @@ def _too_long(lab: str, p: str, real: str) -> None:
 def _resolve_output(lab: str, path, make_folders: bool) -> str:
     """The real path ``path`` will be written to, checked (see :func:`check_outputs`)."""
     p = os.fspath(path)
+    if p.strip() in ("-", ""):
+        raise PathError(f"{lab} {p!r} is not a file name (headspec writes no result to standard "
+                        "output); fix: give a file name, e.g. -o run.nc")  # fmt: skip
     _too_long(lab, p, os.path.abspath(p))
     try:
         real = os.path.realpath(p, strict=True)

@@ -183,7 +183,7 @@ def prune(
     from headspec.apps.plots import plot_prune
     from headspec.conventions.runs import prune_result
 
-    ds, i = load_result_seed(result, seed)
+    ds, i = load_result_seed(result, seed, trained=True)
     seeds = [int(s) for s in ds.seed.values]
     _check_prune_size(ds, n, random_orders)
     check_output_dir(out_dir or result.parent)

@@ -164,8 +164,12 @@ def load_or_fail(
     return cfg
 
 
-def load_result_seed(path: Path, seed: int | None):
-    """A result file and the index of ``--seed`` in it (the first seed by default), or exit 2."""
+def load_result_seed(path: Path, seed: int | None, trained: bool = False):
+    """A result file and the index of ``--seed`` in it (the first seed by default), or exit 2.
+    ``trained``: the command analyses the seed's trained state (prune, saddles), so a seed that
+    diverged is refused with exit 3, naming the time and the seeds that did not."""
+    import numpy as np
+
     from headspec.conventions import results
 
     try:
@@ -175,7 +179,14 @@ def load_result_seed(path: Path, seed: int | None):
     seeds = [int(s) for s in ds.seed.values]
     if seed is not None and seed not in seeds:
         fail(f"--seed {seed} is not in {path}; fix: use one of {seeds}")
-    return ds, 0 if seed is None else seeds.index(seed)
+    i = 0 if seed is None else seeds.index(seed)
+    failed = np.asarray(ds.failed.values, dtype=bool)
+    if trained and failed[i]:
+        ok = [s for s, f in zip(seeds, failed, strict=True) if not f]
+        fix = f"--seed {ok[0]} (seeds that did not: {ok})" if ok else "rerun at a lower train.lr"
+        fail(f"seed {seeds[i]} of {path} diverged at t = {float(ds.fail_t.values[i]):g}: it has "
+             f"no trained state to analyse; fix: {fix}", code=3)  # fmt: skip
+    return ds, i
 
 
 def _overrides(

@@ -106,7 +106,7 @@ def saddles(
         check_output_path(out_path, inputs=[("--from", from_)], also=also)
         from headspec.conventions import results
 
-        ds, i = load_result_seed(from_, seed)
+        ds, i = load_result_seed(from_, seed, trained=True)
         source, cfg = str(from_), None
         _check_jacobian_size(
             n,

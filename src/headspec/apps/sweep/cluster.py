@@ -69,6 +69,23 @@ def check_workers(workers: int | None) -> int:
     return workers
 
 
+WORKER_WAIT = 60.0  # seconds a scheduler may take to get its first worker (a job queue's start)
+
+
+def _wait_for_a_worker(client, scheduler: str, seconds: float) -> None:
+    """Raise SweepError if the scheduler has no worker within ``seconds`` (tasks sent to it would
+    wait for ever, silently)."""
+    if client.scheduler_info().get("workers"):
+        return
+    try:
+        client.wait_for_workers(1, timeout=seconds)
+    except Exception:  # distributed raises TimeoutError (asyncio's or its own)
+        raise SweepError(
+            f"the Dask scheduler at {scheduler!r} has no workers (waited {seconds:g} s); fix: "
+            f"start some (dask worker {scheduler}), or drop --scheduler for a local cluster"
+        ) from None
+
+
 def check_scheduler(address: str) -> str:
     """The address of a Dask scheduler, checked without connecting: a scheme Dask knows (none
     means tcp) and, for tcp/tls/ws/wss, a host and a port. Raises :class:`SweepError` naming
@@ -202,6 +219,7 @@ def dask_client(
                 + _FIX
             ) from None
         with _closed_after(client.close):
+            _wait_for_a_worker(client, scheduler, max(timeout, WORKER_WAIT))
             yield client
         return
     n = check_workers(workers)
