@@ -184,3 +184,30 @@ def test_a_scheduler_without_workers_is_refused_not_waited_on(monkeypatch):
         with pytest.raises(SweepError, match=r"has no workers.*fix: start some"):
             with cluster.dask_client(lc.scheduler_address, timeout=1.0):
                 pass
+
+
+@pytest.mark.parametrize(
+    ("edit", "words"),
+    [
+        (lambda ds: ds.risk.values.__setitem__((0, 1), -0.2), "'risk' is negative"),
+        (lambda ds: ds.risk_se.values.__setitem__((1, 2), -1e-3), "'risk_se' is negative"),
+        (lambda ds: ds.cos.values.__setitem__((0, 1, 0, 0), 7.0), "'cos' is beyond ±1"),
+        (lambda ds: ds.fail_t.values.__setitem__(1, 0.3), "but is not marked failed"),
+        (lambda ds: ds.M.values.__setitem__((0, 3), 0.1), "has finite overlaps after it"),
+    ],
+    ids=["negative-risk", "negative-se", "cos-7", "time-without-mark", "finite-after-failure"],
+)
+def test_a_result_edited_to_impossible_values_is_refused(edit, words, tmp_path):
+    """Numbers no run can produce are refused when read (exit 2 in every command), naming the
+    variable (issue 51: they were read with exit 0)."""
+    from headspec.conventions import results
+    from helpers import result_file
+
+    result_file(tmp_path / "r.nc", "simulation", diverged=True)
+    ds = xr.load_dataset(tmp_path / "r.nc", engine="h5netcdf")
+    edit(ds)
+    ds.to_netcdf(tmp_path / "edited.nc", engine="h5netcdf")
+    results.load(tmp_path / "r.nc")  # the file as written is fine
+    with pytest.raises(results.ResultError, match="numbers no run can produce") as e:
+        results.load(tmp_path / "edited.nc")
+    assert words in str(e.value)

@@ -55,7 +55,7 @@ def meaning_problem(ds: xr.Dataset) -> str | None:
     """What makes a simulation or theory result impossible, naming the variable, the seed and
     the time; None if nothing."""
     cfg = json.loads(ds.attrs["config_json"])
-    problem = _step_problem(ds, cfg)
+    problem = _step_problem(ds, cfg) or _value_problem(ds)
     if problem is not None:
         return problem
     t = np.asarray(ds.t.values, float)
@@ -123,4 +123,26 @@ def _step_problem(ds: xr.Dataset, cfg: dict) -> str | None:
             f"{int(step[k])}·{B}/{D} = {expect[k]:.6g} with the file's task.D = {D} and "
             f"train.batch = {B}"
         )
+    return None
+
+
+def _value_problem(ds: xr.Dataset) -> str | None:
+    """Risks and standard errors below 0, cosines beyond ±1, and divergence marks that contradict
+    each other (``failed`` against ``fail_t``)."""
+    for name in ("risk", "risk_se", "test_risk", "test_risk_se", "risk_by_atom"):
+        if name in ds and np.any(np.asarray(ds[name].values, float) < 0):
+            return f"variable {name!r} is negative (a risk and its s.e. are ≥ 0)"
+    if "cos" in ds and np.any(np.abs(np.asarray(ds.cos.values, float)) > 1 + 1e-6):
+        return "variable 'cos' is beyond ±1 (a cosine overlap M_hf/√Q_hh)"
+    failed = np.asarray(ds.failed.values, bool)
+    fail_t = np.asarray(ds.fail_t.values, float)
+    t = np.asarray(ds.t.values, float)
+    M = np.asarray(ds.M.values, float)
+    for i, seed in enumerate(int(s) for s in ds.seed.values):
+        if not failed[i] and np.isfinite(fail_t[i]):
+            return f"seed {seed} has fail_t = {fail_t[i]:g} but is not marked failed"
+        after = t > fail_t[i] if failed[i] and np.isfinite(fail_t[i]) else np.zeros(t.size, bool)
+        if np.isfinite(M[i][after]).any():  # a failed seed's values after fail_t are NaN
+            return (f"seed {seed} is marked failed at t = {fail_t[i]:g} but has finite "
+                    "overlaps after it")  # fmt: skip
     return None
