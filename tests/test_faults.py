@@ -211,3 +211,43 @@ def test_a_result_edited_to_impossible_values_is_refused(edit, words, tmp_path):
     with pytest.raises(results.ResultError, match="numbers no run can produce") as e:
         results.load(tmp_path / "edited.nc")
     assert words in str(e.value)
+
+
+FULL_DISK_COMMANDS = {  # every command that writes, with its output in {tmp}
+    "simulate": ["simulate", "-o", "{tmp}/x.nc"],
+    "theory": ["theory", "-o", "{tmp}/x.nc"],
+    "bayes": ["bayes", "--json", "{tmp}/x.json"],
+    "saddles": ["saddles", "-o", "{tmp}/x.nc"],
+    "prune": ["prune", "{in}", "--out-dir", "{tmp}/figs"],
+    "plot": ["plot", "{in}", "--out-dir", "{tmp}/figs"],
+    "reproduce": ["reproduce", "--only", "E4", "--scale", "smoke", "-o", "{tmp}/R"],
+    "study": ["study", "finite_size", "--scale", "smoke", "-o", "{tmp}/R"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(FULL_DISK_COMMANDS))
+def test_every_command_refuses_a_full_disk_before_any_work(name, tmp_path, monkeypatch):
+    """Less than 1 MiB free where a command would write: exit 2 before any computation, one
+    line naming the path and the fix, nothing made (the disk is probed, not filled)."""
+    import headspec.apps.experiments as experiments
+    import headspec.conventions.runs as runs
+    import headspec.conventions.saddles as saddles_mod
+    from helpers import result_file
+
+    src = tmp_path / "in"
+    src.mkdir()
+    result_file(src / "sim.nc", "simulation")
+    out = tmp_path / "out"
+    out.mkdir()
+    for module, fn in ((runs, "simulate"), (runs, "solve"), (runs, "run_bayes"),
+                       (runs, "prune_result"), (saddles_mod, "find_saddles"),
+                       (experiments, "reproduce")):  # fmt: skip
+        monkeypatch.setattr(module, fn, lambda *a, **k: pytest.fail("computed"))
+    monkeypatch.setattr(disk, "free_bytes", lambda folder: 1000)
+    args = [a.replace("{tmp}", str(out)).replace("{in}", str(src / "sim.nc"))
+            for a in FULL_DISK_COMMANDS[name]]  # fmt: skip
+    r = runner.invoke(app, args)
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2, (text, r.exception)
+    assert "is full" in text and "fix:" in text and "Traceback" not in text
+    assert list(out.iterdir()) == []

@@ -197,6 +197,9 @@ CASES: dict[str, Case] = {
                                   ("--out-dir", "is a file")),
     # ------------------------------------------------------------ saddles
     "simulate-out-dash": Case(("simulate", "-o", "-"), ("'-' is not a file name",)),
+    "theory-out-dash": Case(("theory", "-o", "-"), ("'-' is not a file name",)),
+    "bayes-json-dash": Case(("bayes", "--json", "-"), ("'-' is not a file name",)),
+    "saddles-out-dash": Case(("saddles", "-o", "-"), ("'-' is not a file name",)),
     "saddles-n-memory": saddles("--from", "{in}/sim.nc", "--n", "1000000000",
                                 expect=("--n = 1,000,000,000", "memory")),
     "saddles-config-n-memory": saddles("--n", "1000000000", expect=("--n", "memory")),
