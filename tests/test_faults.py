@@ -251,3 +251,21 @@ def test_every_command_refuses_a_full_disk_before_any_work(name, tmp_path, monke
     assert r.exit_code == 2, (text, r.exception)
     assert "is full" in text and "fix:" in text and "Traceback" not in text
     assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["reproduce", "--out", ""], ["simulate", "-o="], ["bayes", "--json", " "],
+     ["prune", "r.nc", "--out-dir", ""], ["saddles", "--from", ""]],
+)  # fmt: skip
+def test_an_empty_path_option_is_refused(argv, tmp_path, monkeypatch, capsys):
+    """`--out ''` was read as the current folder (and written into); now exit 2, naming it."""
+    import headspec.apps.cli as cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["headspec", *argv])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    assert e.value.code == 2
+    assert "is empty; fix:" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

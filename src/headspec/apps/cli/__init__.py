@@ -83,6 +83,21 @@ def _only_help(args: list[str]) -> bool:
     return not words or not HELP_WORDS.isdisjoint(words)
 
 
+PATH_OPTIONS = ("-o", "--out", "--out-dir", "--json", "-c", "--config", "--init-from", "--from")
+
+
+def _empty_path(args: list[str]) -> str | None:
+    """The first path option given an empty value (``--out ''`` or ``--out=``): Click reads it
+    as the current folder, and a command would write there."""
+    for i, a in enumerate(args[: args.index("--")] if "--" in args else args):
+        name, eq, value = a.partition("=")
+        if name in PATH_OPTIONS and (
+            (eq and not value.strip()) or (not eq and i + 1 < len(args) and not args[i + 1].strip())
+        ):
+            return name
+    return None
+
+
 def main() -> None:
     """Console entry point. The command line is a process of its own, so it simply runs JAX in
     64-bit mode throughout (the library's entry points choose it locally either way). Ctrl-C and
@@ -90,6 +105,13 @@ def main() -> None:
     from headspec.apps.cli import interrupts
 
     interrupts.install()
+    empty = _empty_path(sys.argv[1:])
+    if empty is not None:
+        from headspec.apps.cli.common import err
+
+        err.print(f"error: {empty} is empty; fix: give a path (a file or folder name)",
+                  markup=False, highlight=False, style="red")  # fmt: skip
+        sys.exit(2)
     try:
         if not _only_help(sys.argv[1:]):  # help and --version answer without loading JAX
             import jax
