@@ -269,3 +269,18 @@ def test_an_empty_path_option_is_refused(argv, tmp_path, monkeypatch, capsys):
     assert e.value.code == 2
     assert "is empty; fix:" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow  # ~1 min: the ODE at η = 10⁶ (issue 51: it sat at t = 0 for hours)
+def test_theory_at_a_huge_learning_rate_ends_with_its_warnings(tmp_path):
+    """The keys grow beyond the exact quadrature's reach within the first grid step; the drift is
+    then sampled (cheap), so the run ends, says where it left the reach and that it learned
+    nothing, and writes its result."""
+    out = tmp_path / "t.nc"
+    cmd = [sys.executable, "-m", "headspec.apps.cli", "theory", "--H", "2", "--T", "1", "--lr",
+           "1e6", "--set", "seeds=1", "-o", str(out)]  # fmt: skip
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    text = " ".join(r.stderr.split())
+    assert r.returncode in (0, 3), text
+    assert "beyond the exact quadrature's reach" in text and "Traceback" not in text
+    assert out.is_file()
