@@ -84,39 +84,3 @@ def synthetic_splits(cfg):
             kind = "minimum" if a >= 2.5 else "saddle"
             pts.append(synthetic_split(sizes, kind, -0.001 if a >= 2.5 else 0.004, 0.12, H))
     return pts, np.array([[a, 0.0], [0.0, a]])
-
-
-def result_file(path, kind: str, H: int = 2, diverged: bool = False) -> None:
-    """A small but complete result file (no computation: made-up observations); ``diverged``:
-    seed 0 marked as diverged at t = 0.5 (its values NaN after it)."""
-
-    from headspec.conventions import results
-    from headspec.conventions.config import SimulateConfig, TheoryConfig, load_config
-    from headspec.core.observables import Observation
-
-    model = SimulateConfig if kind == "simulation" else TheoryConfig
-    cfg = load_config(model, overrides=[f"model.H={H}", "task.D=50", "task.L=4", "train.T=1.0",
-                                        "seeds=2"])  # fmt: skip
-    S, T, F, J = 2, 4, cfg.task.latent.F, 2
-    rng = np.random.default_rng(0)
-    obs = Observation(
-        M=0.3 * rng.normal(size=(S, T, H, F)),
-        Q=np.broadcast_to(np.eye(H), (S, T, H, H)).copy(),
-        b=np.zeros((S, T, H)),
-        risk=np.full((S, T), 0.3),
-        risk_se=np.full((S, T), 1e-3),
-        risk_by_atom=np.full((S, T, J), 0.3),
-        test_risk=np.full((S, T), 0.31 if kind == "simulation" else np.nan),
-        test_risk_se=np.full((S, T), 1e-3),
-        test_risk_by_atom=np.full((S, T, J), 0.3),
-    )
-    extra = {"bayes_risk": 0.275, "bayes_risk_se": 0.001}
-    if kind == "theory":
-        extra |= {"solver_steps": 10, "init": "perturbed"}
-    steps = np.round(np.linspace(0, 50, T)).astype(int)  # t = step·B/D at D = 50
-    ds = results.from_observations(
-        kind=kind, t=steps / 50, steps=steps, seeds=np.arange(S), obs=obs,
-        fail_step=np.array([25 if diverged else -1, -1]),
-        fail_t=np.array([0.5 if diverged else np.nan, np.nan]), config=cfg, extra_attrs=extra,
-    )  # fmt: skip
-    results.save(ds, path)

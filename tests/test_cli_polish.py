@@ -130,35 +130,17 @@ def test_help_paragraphs_are_reflowed_not_broken(path):
 
 # ---------------------------------------------------------------------- (c) tables, banners
 def _result(kind: str, H: int = 2, F: int = 2, S: int = 2):
-    """A made-up result dataset of the real schema (nothing is computed)."""
-    from headspec.conventions import results
-    from headspec.conventions.config import SimulateConfig, TheoryConfig, load_config
-    from headspec.core.observables import Observation
+    """A made-up result of the real schema (nothing is computed): F one-hot atoms, risks with
+    standard errors of four significant digits (the tables must round them, not cut them)."""
+    from results import made_result
 
     atoms = [[float(i == j) for j in range(F)] for i in range(F)]
-    model = SimulateConfig if kind == "simulation" else TheoryConfig
-    law = f"task.latent={{kind='discrete', atoms={atoms}}}"
-    cfg = load_config(model, overrides=[f"model.H={H}", "task.D=50", "task.L=4", "train.T=1.0",
-                                        f"seeds={S}", law])  # fmt: skip
-    T, J = 3, F
     rng = np.random.default_rng(1)
-    M = 0.4 * rng.normal(size=(S, T, H, F))
-    obs = Observation(
-        M=M,
-        Q=M @ M.swapaxes(-1, -2) + np.eye(H),  # Q − MMᵀ ⪰ 0: loaded files are checked for it
-        b=np.zeros((S, T, H)),
-        risk=0.3 + 0.01 * rng.random((S, T)),
-        risk_se=np.full((S, T), 1.234e-3),
-        risk_by_atom=np.full((S, T, J), 0.3),
-        test_risk=np.full((S, T), 0.3123 if kind == "simulation" else np.nan),
-        test_risk_se=np.full((S, T), 2.345e-3),
-        test_risk_by_atom=np.full((S, T, J), 0.3),
-    )
-    return results.from_observations(
-        kind=kind, t=np.linspace(0.0, 1.0, T), seeds=np.arange(S), obs=obs,
-        steps=np.linspace(0.0, 50.0, T).round().astype(int),  # t·D/B, as a loaded file must
-        fail_step=np.full(S, -1), fail_t=np.full(S, np.nan), config=cfg,
-        extra_attrs={"bayes_risk": 0.2753, "bayes_risk_se": 0.0012},
+    return made_result(
+        kind, f"model.H={H}", "task.D=50", f"task.latent={{kind='discrete', atoms={atoms}}}",
+        seeds=S, M=0.4 * rng.normal(size=(S, 3, H, F)), risk=0.3 + 0.01 * rng.random((S, 3)),
+        risk_se=1.234e-3, test_risk=0.3123 if kind == "simulation" else np.nan,
+        test_risk_se=2.345e-3, bayes_risk=0.2753, extra={"bayes_risk_se": 0.0012},
     )  # fmt: skip
 
 

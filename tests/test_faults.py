@@ -160,9 +160,9 @@ def test_simulate_on_a_real_full_tmpfs(tmp_path):
 def test_a_diverged_seed_has_no_trained_state_to_analyse(command, tmp_path):
     """prune and saddles of a seed that diverged: one line naming the time and a seed that did
     not, exit 3, nothing written (before: NaN tables with exit 0, or empty tables)."""
-    from helpers import result_file
+    from results import write_result
 
-    result_file(tmp_path / "div.nc", "simulation", diverged=True)
+    write_result(tmp_path / "div.nc", "simulation", failed=[0])
     args = [command, str(tmp_path / "div.nc")] if command == "prune" else [
         command, "--from", str(tmp_path / "div.nc"), "-o", str(tmp_path / "s.nc")]  # fmt: skip
     r = runner.invoke(app, args)
@@ -193,7 +193,7 @@ def test_a_scheduler_without_workers_is_refused_not_waited_on(monkeypatch):
         (lambda ds: ds.risk_se.values.__setitem__((1, 2), -1e-3), "'risk_se' is negative"),
         (lambda ds: ds.cos.values.__setitem__((0, 1, 0, 0), 7.0), "'cos' is beyond ±1"),
         (lambda ds: ds.fail_t.values.__setitem__(1, 0.3), "but is not marked failed"),
-        (lambda ds: ds.M.values.__setitem__((0, 3), 0.1), "has finite overlaps after it"),
+        (lambda ds: ds.M.values.__setitem__((0, 2), 0.1), "has finite overlaps after it"),
     ],
     ids=["negative-risk", "negative-se", "cos-7", "time-without-mark", "finite-after-failure"],
 )
@@ -201,12 +201,12 @@ def test_a_result_edited_to_impossible_values_is_refused(edit, words, tmp_path):
     """Numbers no run can produce are refused when read (exit 2 in every command), naming the
     variable (issue 51: they were read with exit 0)."""
     from headspec.conventions import results
-    from helpers import result_file
+    from results import write_result, write_unchecked
 
-    result_file(tmp_path / "r.nc", "simulation", diverged=True)
+    write_result(tmp_path / "r.nc", "simulation", failed=[0])
     ds = xr.load_dataset(tmp_path / "r.nc", engine="h5netcdf")
     edit(ds)
-    ds.to_netcdf(tmp_path / "edited.nc", engine="h5netcdf")
+    write_unchecked(ds, tmp_path / "edited.nc")
     results.load(tmp_path / "r.nc")  # the file as written is fine
     with pytest.raises(results.ResultError, match="numbers no run can produce") as e:
         results.load(tmp_path / "edited.nc")
@@ -232,11 +232,11 @@ def test_every_command_refuses_a_full_disk_before_any_work(name, tmp_path, monke
     import headspec.apps.experiments as experiments
     import headspec.conventions.runs as runs
     import headspec.conventions.saddles as saddles_mod
-    from helpers import result_file
+    from results import write_result
 
     src = tmp_path / "in"
     src.mkdir()
-    result_file(src / "sim.nc", "simulation")
+    write_result(src / "sim.nc", "simulation")
     out = tmp_path / "out"
     out.mkdir()
     for module, fn in ((runs, "simulate"), (runs, "solve"), (runs, "run_bayes"),

@@ -31,49 +31,15 @@ from headspec.conventions.config import (
     TheoryConfig,
     load_config,
 )
-from headspec.core.observables import Observation
+from results import made_result, write_unchecked
 
 runner = CliRunner()
 TINY = ["task.D=40", "task.L=4", "model.H=2", "train.T=1.0", "record.points=2"]
 
 
-def _make(kind="simulation", *overrides, risk=None, failed=(), rb=0.2, seeds=1):
-    """A result of the real schema, fabricated (t = 0, 0.5, 1; D = 40; H = 2; F = 2)."""
-    model = SimulateConfig if kind == "simulation" else TheoryConfig
-    cfg = load_config(model, overrides=[*TINY, f"seeds={seeds}", *overrides])
-    S, T, H, F, J = seeds, 3, cfg.model.H, cfg.task.latent.F, 2
-    r = np.full((S, T), 0.3) if risk is None else np.broadcast_to(risk, (S, T)).astype(float)
-    fail_step, fail_t = np.full(S, -1), np.full(S, np.nan)
-    for s in failed:
-        fail_step[s], fail_t[s] = 20, 0.5
-    obs = Observation(
-        M=np.full((S, T, H, F), 0.1),
-        Q=np.broadcast_to(np.eye(H), (S, T, H, H)).copy(),
-        b=np.zeros((S, T, H)),
-        risk=r,
-        risk_se=np.full((S, T), 1e-3),
-        risk_by_atom=np.repeat(r[..., None], J, -1),
-        test_risk=np.full((S, T), np.nan),
-        test_risk_se=np.full((S, T), np.nan),
-        test_risk_by_atom=np.full((S, T, J), np.nan),
-    )
-    return results.from_observations(
-        kind=kind,
-        t=[0.0, 0.5, 1.0],
-        steps=[round(x * cfg.task.D / cfg.train.batch) for x in (0.0, 0.5, 1.0)],  # t·D/B
-        seeds=np.arange(cfg.seed, cfg.seed + S),
-        obs=obs,
-        fail_step=fail_step,
-        fail_t=fail_t,
-        config=cfg,
-        extra_attrs={"bayes_risk": rb, "bayes_risk_se": 1e-3, "init": "perturbed"},
-        atoms=cfg.task.latent.build().atoms_or_none(),
-    )
-
-
-def _write(ds: xr.Dataset, path: Path) -> str:
-    ds.to_netcdf(path, engine="h5netcdf")  # as any program could write it: no checks
-    return str(path)
+def _make(kind="simulation", *overrides, **given) -> xr.Dataset:
+    """A made-up result of the real schema (one seed unless told; tests/results.py)."""
+    return made_result(kind, *TINY, *overrides, **({"seeds": 1} | given))
 
 
 def _text(res) -> str:
@@ -206,7 +172,7 @@ def _command(which: str, path: str, files: dict, out: Path) -> list[str]:
 def test_a_crafted_result_is_refused_in_one_line(case, files, tmp_path):
     craft, which, expect = SCHEMA_CASES[case]
     sim, paths = files
-    path = _write(craft(sim), tmp_path / "crafted.nc")
+    path = write_unchecked(craft(sim), tmp_path / "crafted.nc")
     out = tmp_path / "out"
     out.mkdir()
     res = runner.invoke(app, _command(which, path, paths, out))
@@ -306,7 +272,7 @@ def test_final_risk_alarms():
     assert "0.597" in warnings[0] and "ŷ = 0" in warnings[0] and "train.lr" in warnings[0]
     assert results.final_risk_alarms(_make(risk=[[0.45, 0.4, 0.49]])) == ([], [])  # below ½
     # a NaN final risk no divergence explains, and a NaN Bayes risk, are errors
-    nan = _make(risk=[[0.3, 0.3, np.nan]], rb=float("nan"))
+    nan = _make(risk=[[0.3, 0.3, np.nan]], bayes_risk=float("nan"))
     warnings, errors = results.final_risk_alarms(nan)
     assert len(errors) == 2 and "seed(s) [0]" in errors[0] and "Bayes risk" in errors[1]
     # a diverged seed's NaN is reported as a divergence, not here

@@ -18,13 +18,12 @@ from __future__ import annotations
 import glob
 from pathlib import Path
 
-import numpy as np
 import pytest
 import xarray as xr
 from typer.testing import CliRunner
 
 from headspec.apps.cli import app
-from headspec.conventions import budget, results
+from headspec.conventions import budget
 from headspec.conventions.budget import check_budget, estimate
 from headspec.conventions.config import (
     BayesRunConfig,
@@ -35,7 +34,7 @@ from headspec.conventions.config import (
     merge,
     read_toml,
 )
-from headspec.core.observables import Observation
+from results import write_result
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,45 +142,14 @@ CASES = {
 }
 
 
-def _fake_result(path: Path, kind: str = "simulation") -> Path:
-    """A tiny, valid result file (H = 2, F = 2, two seeds, two times), made without JAX."""
-    cfg = load_config(
-        SimulateConfig if kind == "simulation" else TheoryConfig,
-        overrides=["task.D=20", "task.L=4", "model.H=2", "train.T=1.0", "seeds=2"],
-    )
-    S, T, H, F, J = 2, 2, 2, 2, 2
-    rng = np.random.default_rng(0)
-    M = 0.1 * rng.normal(size=(S, T, H, F))
-    Q = np.broadcast_to(np.eye(H), (S, T, H, H)) * 0.02 + np.einsum("sthf,stgf->sthg", M, M)
-    obs = Observation(
-        M, Q, np.zeros((S, T, H)), np.full((S, T), 0.4), np.full((S, T), 0.01),
-        np.full((S, T, J), 0.4), np.full((S, T), 0.45), np.full((S, T), 0.02),
-        np.full((S, T, J), 0.45),
-    )  # fmt: skip
-    ds = results.from_observations(
-        kind=kind,
-        t=[0.0, 1.0],
-        steps=[0, 20],
-        seeds=[0, 1],
-        obs=obs,
-        fail_step=np.array([-1, -1]),
-        fail_t=np.array([np.nan, np.nan]),
-        config=cfg,
-        extra_attrs={"bayes_risk": 0.2, "bayes_risk_se": 0.001, "engine": "full"},
-        atoms=[[2.0, 0.0], [0.0, 2.0]],
-    )
-    results.save(ds, path)
-    return path
-
-
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     folder = tmp_path_factory.mktemp("guards")
     big = folder / "big.toml"
     big.write_text("# padding\n" * 200_000)  # 2 MB of comments: valid TOML, too large
     return {
-        "sim": str(_fake_result(folder / "sim.nc")),
-        "theory": str(_fake_result(folder / "theory.nc", "theory")),
+        "sim": str(write_result(folder / "sim.nc", "simulation", "task.D=20", test_risk=0.45)),
+        "theory": str(write_result(folder / "theory.nc", "theory", "task.D=20")),
         "big": str(big),
     }
 

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from headspec.apps.cli import app
-from helpers import result_file
+from results import write_result
 
 runner = CliRunner()
 
@@ -286,9 +286,9 @@ def inputs(tmp_path_factory) -> Path:
     import xarray as xr
 
     folder = tmp_path_factory.mktemp("inputs")
-    result_file(folder / "sim.nc", "simulation")
-    result_file(folder / "th.nc", "theory")
-    result_file(folder / "th_H3.nc", "theory", H=3)
+    write_result(folder / "sim.nc", "simulation")
+    write_result(folder / "th.nc", "theory")
+    write_result(folder / "th_H3.nc", "theory", "model.H=3")
     (folder / "text.nc").write_text("not netCDF\n")
     (folder / "empty.nc").write_bytes(b"")
     xr.Dataset({"x": ("i", np.arange(3.0))}).to_netcdf(folder / "plain.nc", engine="h5netcdf")

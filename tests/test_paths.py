@@ -35,9 +35,9 @@ from typer.testing import CliRunner
 
 from headspec.apps import sweep
 from headspec.apps.cli import app
-from headspec.conventions import io, results
-from headspec.conventions.config import SimulateConfig, TheoryConfig, load_config
-from headspec.core.observables import Observation
+from headspec.conventions import io
+from headspec.conventions.config import SimulateConfig, load_config
+from results import write_result
 
 runner = CliRunner()
 TINY = ["task.D=40", "task.L=4", "model.H=2", "train.T=1.0", "record.points=2", "seeds=1"]
@@ -50,29 +50,9 @@ SPEC = (
 
 # ----------------------------------------------------------------------------- fixtures
 def _result(path: Path, kind: str = "simulation", cfg=None) -> None:
-    """A small result of the real schema (made-up observations: no computation)."""
-    model = SimulateConfig if kind == "simulation" else TheoryConfig
-    cfg = cfg or load_config(model, overrides=TINY)
-    S, T, H, F, J = 1, 3, cfg.model.H, cfg.task.latent.F, 2
-    obs = Observation(
-        M=np.full((S, T, H, F), 0.1),
-        Q=np.broadcast_to(np.eye(H), (S, T, H, H)).copy(),
-        b=np.zeros((S, T, H)),
-        risk=np.full((S, T), 0.3),
-        risk_se=np.full((S, T), 1e-3),
-        risk_by_atom=np.full((S, T, J), 0.3),
-        test_risk=np.full((S, T), np.nan),
-        test_risk_se=np.full((S, T), np.nan),
-        test_risk_by_atom=np.full((S, T, J), np.nan),
-    )
-    extra = {"bayes_risk": 0.275, "bayes_risk_se": 0.001, "init": "perturbed"}
-    if kind == "theory":
-        extra["solver_steps"] = 10
-    ds = results.from_observations(
-        kind=kind, t=[0.0, 0.5, 1.0], steps=[0, 20, 40], seeds=np.arange(S), obs=obs,
-        fail_step=np.full(S, -1), fail_t=np.full(S, np.nan), config=cfg, extra_attrs=extra,
-    )  # fmt: skip
-    results.save(ds, path)
+    """A small result of the real schema (made-up observations: no computation; one seed unless
+    ``cfg`` says otherwise)."""
+    write_result(path, kind, *TINY, config=cfg)
 
 
 @pytest.fixture(scope="module")

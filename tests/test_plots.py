@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-import xarray as xr
 
 from headspec.apps.plots import plot_head_similarity, plot_overlaps, plot_risk, save_figures
 
@@ -19,79 +16,36 @@ def fake_result(
     T=12,
     H=3,
     F=2,
-    J=2,
     L=5,
     kind="simulation",
-    diverge=None,
+    diverge=(),
     fail_after=1.0,
     test=True,
     seed0=0,
     rng=0,
 ):
-    """A dataset of the headspec.conventions.results schema, fabricated with numpy (no simulation).
+    """A result of the real schema with learning-like curves (tests/results.py; no simulation):
+    F one-hot atoms of signal 2, the risk decaying from ½ to R_B = 0.2 on a log grid up to t = 20.
 
-    ``diverge``: indices of seeds marked failed, NaN for t > ``fail_after``.
+    ``diverge``: indices of seeds marked failed at ``fail_after`` (NaN after it).
     """
+    from results import made_result
+
     rng = np.random.default_rng(rng)
     t = np.concatenate([[0.0], np.geomspace(0.05, 20.0, T - 1)])
-    rb = 0.2
     decay = np.exp(-t / 5.0)[None, :]
-    risk = rb + (0.5 - rb) * decay + 0.01 * rng.standard_normal((S, T))
+    risk = 0.2 + 0.3 * decay + 0.01 * rng.standard_normal((S, T))
     M = rng.uniform(-0.2, 1.0, (S, T, H, F)) * (1 - decay)[..., None, None]
     K = rng.standard_normal((S, T, H, 6))
     Q = np.einsum("sthd,stgd->sthg", K, K) / 6 + 0.5
     b = 0.01 * rng.standard_normal((S, T, H))
-    cos = M / np.sqrt(np.einsum("sthh->sth", Q))[..., None]
-    failed = np.zeros(S, dtype=np.int8)
-    fail_t = np.full(S, np.nan)
-    fail_step = np.full(S, -1)
-    test_risk = risk + 0.02 + 0.005 * rng.standard_normal((S, T))
-    if not test:
-        test_risk = np.full((S, T), np.nan)
-    data = {
-        "risk": (("seed", "t"), risk),
-        "risk_se": (("seed", "t"), np.full((S, T), 1e-3)),
-        "risk_by_atom": (("seed", "t", "atom"), np.repeat(risk[..., None], J, -1)),
-        "test_risk": (("seed", "t"), test_risk),
-        "test_risk_se": (("seed", "t"), np.full((S, T), 3e-3)),
-        "test_risk_by_atom": (("seed", "t", "atom"), np.repeat(test_risk[..., None], J, -1)),
-        "M": (("seed", "t", "head", "feature"), M),
-        "Q": (("seed", "t", "head", "head2"), Q),
-        "b": (("seed", "t", "head"), b),
-        "cos": (("seed", "t", "head", "feature"), cos),
-    }
-    for s in diverge or ():
-        failed[s] = 1
-        fail_t[s] = fail_after
-        fail_step[s] = 100
-        for name in data:
-            data[name][1][s, t > fail_after] = np.nan
-    data["failed"] = (("seed",), failed)
-    data["fail_step"] = (("seed",), fail_step)
-    data["fail_t"] = (("seed",), fail_t)
-    data["atoms"] = (("atom", "feature"), np.eye(J, F) * 2.0)
-    config = {
-        "task": {"L": L, "D": 200, "latent": {"kind": "discrete"}},
-        "model": {"H": H, "activation": "softmax"},
-        "seed": seed0,
-        "seeds": S,
-    }
-    coords = {
-        "seed": np.arange(seed0, seed0 + S),
-        "t": t,
-        "head": np.arange(H),
-        "head2": np.arange(H),
-        "feature": np.arange(F),
-        "atom": np.arange(J),
-    }
-    attrs = {
-        "schema_version": 1,
-        "kind": kind,
-        "config_json": json.dumps(config),
-        "bayes_risk": rb,
-        "bayes_risk_se": 1e-3,
-    }
-    return xr.Dataset(data, coords=coords, attrs=attrs)
+    test_risk = risk + 0.02 + 0.005 * rng.standard_normal((S, T)) if test else np.nan
+    atoms = (2.0 * np.eye(F)).tolist()
+    overrides = ["task.D=200", f"task.L={L}", f"model.H={H}", f"seed={seed0}", "train.T=20.0",
+                 f"task.latent={{kind='discrete', atoms={atoms}}}"]  # fmt: skip
+    return made_result(kind, *overrides, seeds=S, t=t, M=M, Q=Q, b=b, risk=risk,
+                       test_risk=test_risk, test_risk_se=3e-3, failed=diverge,
+                       fail_t=fail_after)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -230,7 +184,7 @@ def test_plot_into_given_axes():
 
 @pytest.mark.filterwarnings("error")
 def test_single_seed_single_head_one_feature(tmp_path):
-    ds = fake_result(S=1, H=1, F=1, J=1)
+    ds = fake_result(S=1, H=1, F=1)
     ax = the_axes(plot_risk(ds))
     np.testing.assert_allclose(
         line_by_gid(ax, "risk-mean").get_ydata(), ds.risk.values[0, ds.t.values > 0]

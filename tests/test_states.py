@@ -38,11 +38,12 @@ from headspec.conventions.config import (
 from headspec.conventions.refusal import fit_value
 from headspec.core.attention import Softmax
 from headspec.core.latent import Discrete
-from headspec.core.observables import BaseSamples, Observation
+from headspec.core.observables import BaseSamples
 from headspec.core.schedules import Constant
 from headspec.dynamics.engines import seed_keys
 from headspec.dynamics.engines.diffusion import DiffusionEngine
 from headspec.dynamics.noise import gram_rest
+from results import made_result
 
 runner = CliRunner()
 G = 1000**3
@@ -218,27 +219,11 @@ def test_bayes_with_many_atoms_is_refused_before_any_work(tmp_path):
 
 
 # ============================================================================ class 6: loading
-def _result(**change) -> xr.Dataset:
-    """A tiny valid simulation result (two seeds, three times), without JAX."""
-    cfg = load_config(SimulateConfig, overrides=["task.D=20", "task.L=4", "model.H=2",
-                                                 "train.T=1.0", "seeds=2"])  # fmt: skip
-    S, T_, Hh, F, J = 2, 3, 2, 2, 2
-    rng = np.random.default_rng(0)
-    M = 0.3 * rng.normal(size=(S, T_, Hh, F))
-    Q = np.broadcast_to(np.eye(Hh), (S, T_, Hh, Hh)) * 0.02 + np.einsum("sthf,stgf->sthg", M, M)
-    obs = Observation(
-        M, Q, np.zeros((S, T_, Hh)), np.full((S, T_), 0.4), np.full((S, T_), 0.01),
-        np.full((S, T_, J), 0.4), np.full((S, T_), 0.45), np.full((S, T_), 0.02),
-        np.full((S, T_, J), 0.45),
-    )  # fmt: skip
-    fail_step = np.asarray(change.pop("fail_step", [-1, -1]))
-    fail_t = np.where(fail_step >= 0, fail_step / 20, np.nan)
-    return results.from_observations(
-        kind="simulation", t=[0.0, 0.5, 1.0], steps=[0, 10, 20], seeds=[0, 1], obs=obs,
-        fail_step=fail_step, fail_t=fail_t, config=cfg,
-        extra_attrs={"bayes_risk": 0.2, "bayes_risk_se": 0.001, "engine": "full"},
-        atoms=[[2.0, 0.0], [0.0, 2.0]],
-    )  # fmt: skip
+def _result(failed=()) -> xr.Dataset:
+    """A tiny valid simulation result (two seeds, t = 0, 0.5, 1 at D = 20: steps 0, 10, 20; seeds
+    in ``failed`` diverged at t = 0.5), made up (tests/results.py)."""
+    return made_result("simulation", "task.D=20", failed=failed, risk=0.4, risk_se=0.01,
+                       test_risk=0.45, test_risk_se=0.02)  # fmt: skip
 
 
 def _nan_M(ds):
@@ -301,7 +286,7 @@ def test_impossible_results_are_refused_on_load(tmp_path, corrupt, names):
 def test_valid_results_load_failed_seeds_included(tmp_path):
     """A failed seed's NaN after fail_t is by design; an exactly singular Q − MMᵀ (aligned heads)
     is within the round-off tolerance."""
-    ds = _result(fail_step=[-1, 10])
+    ds = _result(failed=[1])
     ds["M"][1, 2] = np.nan
     ds["Q"][1, 2] = np.nan
     M = ds.M.values[0, 2]
@@ -312,7 +297,7 @@ def test_valid_results_load_failed_seeds_included(tmp_path):
 def test_compare_reports_the_failed_seeds_it_leaves_out(tmp_path):
     from headspec.conventions.comparison import compare
 
-    sim = _result(fail_step=[-1, 10])
+    sim = _result(failed=[1])
     sim["M"][1, 2] = np.nan
     sim["Q"][1, 2] = np.nan
     sim["risk"][1, 2] = np.nan
