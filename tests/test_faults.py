@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -46,6 +47,28 @@ def test_enospc_inside_the_writer_is_one_write_error_and_no_file(tmp_path):
         io.write_atomic(target, full)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.nc"]
     assert target.read_text() == "old"
+
+
+@pytest.mark.parametrize(
+    "error",
+    [OSError(errno.ENOSPC, "No space left on device"), OSError("encoder error -2 when writing")],
+    ids=["enospc", "pillow-encoder"],
+)
+def test_a_figure_on_a_full_disk_is_one_write_error_and_no_file(error, tmp_path, monkeypatch):
+    """Figures go through the same atomic writer (issue 51: --plot on a full disk gave an
+    89-line Pillow traceback): the error is one WriteError and no partial PNG is left."""
+    from matplotlib.figure import Figure
+
+    from headspec.apps.plots import write_figure
+
+    def savefig(self, tmp, **kw):
+        Path(tmp).write_bytes(b"\x89PNG partial")
+        raise error
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    with pytest.raises(disk.WriteError, match=r"f\.png.*fix:"):
+        write_figure(Figure(), tmp_path / "f.png")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_library_wrapping_enospc_in_its_message_is_recognised(tmp_path):
