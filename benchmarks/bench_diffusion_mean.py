@@ -34,6 +34,7 @@ import numpy as np
 
 import headspec as hs
 from headspec.conventions import build, runs
+from headspec.core.model import Model
 from headspec.core.observables import BaseSamples
 from headspec.dynamics.eta2 import ScoreSamples
 from headspec.dynamics.noise import gram_rest, increment_moments
@@ -69,7 +70,7 @@ def setup(route: str, n: int, seed: int, D: int, law, act):
     if route == "sampled":
         return DriftProblem.sampled(act, law, base.head_cyclic(), LR), gram
     method = Exact(base, scores=ScoreSamples.rqmc(seed, L, H, n), cyclic=True)
-    return DriftProblem(act, law, L, LR, LR, method), gram
+    return DriftProblem(Model(act, law, L), LR, LR, method), gram
 
 
 def timed(problem, gram, X, budget: float) -> tuple[np.ndarray, float]:

@@ -69,6 +69,7 @@ import numpy as np
 
 from headspec.core.attention import Softmax
 from headspec.core.latent import Discrete
+from headspec.core.model import Model
 from headspec.core.observables import BaseSamples
 from headspec.core.stats import sample_mean_se
 from headspec.dynamics.eta2 import CONTROLS, ScoreSamples, eta2_term, risk_gradient
@@ -135,7 +136,7 @@ def estimator(method: str, M, Q, b, g):
             return ScoreSamples.rqmc(seed, L, H, N, replicates=8)
 
         def run(smp):
-            e = eta2_term(M, Q, b, ACT, LAW, smp, grad=g, controls=controls)
+            e = eta2_term(M, Q, b, Model(ACT, LAW, L), smp, grad=g, controls=controls)
             return e.mean, e.se
 
     return make, run
@@ -158,19 +159,23 @@ def reference(M, Q, b, g, quick: bool):
     """T by RQMC with every control (16 × 2^15 points; 16 × 2^13 quick), and max |z| against
     plain MC (2^20 points; 2^18 quick) in score space."""
     m = 2**13 if quick else 2**15
-    ref = eta2_term(M, Q, b, ACT, LAW, ScoreSamples.rqmc(987_654, L, H, 16 * m, 16), grad=g)
+    ref = eta2_term(
+        M, Q, b, Model(ACT, LAW, L), ScoreSamples.rqmc(987_654, L, H, 16 * m, 16), grad=g
+    )
     n_mc = 2**18 if quick else 2**20
-    mc = eta2_term(M, Q, b, ACT, LAW, ScoreSamples.mc(jax.random.key(55), L, H, n_mc), controls=())
+    mc = eta2_term(
+        M, Q, b, Model(ACT, LAW, L), ScoreSamples.mc(jax.random.key(55), L, H, n_mc), controls=()
+    )
     z = np.abs(np.asarray(ref.mean - mc.mean)) / np.sqrt(np.asarray(mc.se**2 + ref.se**2))
     return np.asarray(ref.mean), np.asarray(ref.se), float(z.max())
 
 
 def run_state(name, M, Q, b, reps: int, reps_time: int, quick: bool) -> dict:
-    g = risk_gradient(M, Q, b, ACT, LAW, L)
+    g = risk_gradient(M, Q, b, Model(ACT, LAW, L))
     T, T_se, z = reference(M, Q, b, g, quick)
     norm = drift_norm(M, Q, g, T)
     rel = ETA**2 / norm
-    rows, calls = {}, {"∇R": lambda: risk_gradient(M, Q, b, ACT, LAW, L)}
+    rows, calls = {}, {"∇R": lambda: risk_gradient(M, Q, b, Model(ACT, LAW, L))}
     for meth in METHODS:
         make, run = estimator(meth, M, Q, b, g)
         errs, ses = [], []

@@ -35,6 +35,7 @@ import numpy as np
 from headspec.core.attention import Softmax, loss_projected
 from headspec.core.exact import Quadrature, exact_risk
 from headspec.core.latent import Discrete
+from headspec.core.model import Model
 from headspec.core.observables import BaseSamples, population_risk, token_projections
 from headspec.dynamics.problem import OrderParameters, expect_terms, mean_terms
 
@@ -71,7 +72,7 @@ def drift(M, Q, grads):
 
 
 def exact_vg(quad):
-    f = lambda M, Q, b: exact_risk(M, Q, b, ACT, LAW, L, quad).mean  # noqa: E731
+    f = lambda M, Q, b: exact_risk(M, Q, b, Model(ACT, LAW, L), quad).mean  # noqa: E731
     return jax.jit(jax.value_and_grad(f, (0, 1, 2)))
 
 

@@ -54,6 +54,7 @@ from headspec.conventions.config import SimulateConfig, TheoryConfig, load_confi
 from headspec.conventions.runs import simulate, solve
 from headspec.core.attention import Softmax
 from headspec.core.latent import Discrete
+from headspec.core.model import Model
 from headspec.core.observables import BaseSamples
 from headspec.dynamics.eta2 import ScoreSamples
 from headspec.dynamics.ode import DriftProblem, OrderParameters
@@ -87,7 +88,7 @@ def _problem(method: str, n: int, seed: int, law, quad=None) -> DriftProblem:
         m = Sampled(BaseSamples.sobol(seed, law, L, H, n), "qmc")
     else:
         m = Sampled(BaseSamples.draw(jax.random.key(seed), law, L, H, n), "mc")
-    return DriftProblem(Softmax(), law, L, 3.0, method=m)
+    return DriftProblem(Model(Softmax(), law, L), 3.0, method=m)
 
 
 _field = eqx.filter_jit(lambda problem, state: problem.field_at(state))

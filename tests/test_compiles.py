@@ -86,6 +86,7 @@ def test_the_diffusion_step_has_no_host_callback_so_it_can_be_cached():
 
     from headspec.core.attention import Softmax
     from headspec.core.latent import Discrete
+    from headspec.core.model import Model
     from headspec.core.observables import BaseSamples
     from headspec.core.precision import float64_context
     from headspec.core.schedules import Constant
@@ -99,11 +100,19 @@ def test_the_diffusion_step_has_no_host_callback_so_it_can_be_cached():
 
     law = Discrete(atoms=[[2.0, 0.0], [0.0, 2.0]], probs=[0.6, 0.4])
     L, H, N, D = 4, 2, 16, 100
-    eng = DiffusionEngine(law=law, activation=Softmax(), L=L, D=D, H=H, B=1,
-                          lr=jnp.asarray(1.0), lr_b=jnp.asarray(1.0), schedule=Constant(),
-                          base=BaseSamples.draw(jax.random.key(1), law, L=L, H=H, n=N),
-                          gram=gram_rest(jax.random.key(2), N, L, D, law.F + H), dt=0.1,
-                          horizon=0.5)  # fmt: skip
+    eng = DiffusionEngine(
+        model=Model(Softmax(), law, L),
+        D=D,
+        H=H,
+        B=1,
+        lr=jnp.asarray(1.0),
+        lr_b=jnp.asarray(1.0),
+        schedule=Constant(),
+        base=BaseSamples.draw(jax.random.key(1), law, L=L, H=H, n=N),
+        gram=gram_rest(jax.random.key(2), N, L, D, law.F + H),
+        dt=0.1,
+        horizon=0.5,
+    )
     keys = seed_keys([0])
     with float64_context():
         state = eng.init(keys, sigma0=0.1, b0=0.0, dtype=jnp.float64)
@@ -236,6 +245,7 @@ os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
 import jax, jax.numpy as jnp
 from headspec.conventions.provenance import enable_compilation_cache
 from headspec.core.compiles import CompileCount
+from headspec.core.model import Model
 enable_compilation_cache()
 f = lambda x: jnp.sin(x) @ jnp.cos(x).T + 1.0
 x = jnp.ones((7, 7))

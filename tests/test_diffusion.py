@@ -22,6 +22,7 @@ from scipy import stats
 
 from headspec.core.attention import Softmax, Softmax1
 from headspec.core.latent import Discrete, Gaussian
+from headspec.core.model import Model
 from headspec.core.observables import BaseSamples
 from headspec.core.precision import float64_context
 from headspec.core.schedules import Constant
@@ -79,7 +80,7 @@ def _moments(key, n, D, exact, L=10, lr=3.0, gram_key=None):
     gram = None if D is None else gram_rest(gk, n, L, D, LAW.F + 2)
     if exact:
         method = ode.Exact(base, scores=ScoreSamples.rqmc(key, L, 2, n), cyclic=True)
-        problem = ode.DriftProblem(Softmax(), LAW, L, lr, lr, method)
+        problem = ode.DriftProblem(Model(Softmax(), LAW, L), lr, lr, method)
     else:
         problem = ode.DriftProblem.sampled(Softmax(), LAW, base, lr)
     return increment_moments(_state(), problem, gram=gram)
@@ -180,7 +181,7 @@ def test_exact_mean_control_variate_has_mean_zero():
         inf = _moments(0, 1024, None, True)
         base = BaseSamples.sobol(0, LAW, 10, 2, 1024)
         method = ode.Exact(base, scores=ScoreSamples.rqmc(0, 10, 2, 1024), cyclic=True)
-        f = ode.DriftProblem(Softmax(), LAW, 10, 3.0, 3.0, method).vector_field(_state())
+        f = ode.DriftProblem(Model(Softmax(), LAW, 10), 3.0, 3.0, method).vector_field(_state())
     assert np.linalg.norm(e1 - e2) < 0.05 * np.linalg.norm(s1 - s2)
     np.testing.assert_allclose(np.asarray(inf.mean), np.asarray(flat_sym(f)), rtol=1e-9,
                                atol=1e-12)  # fmt: skip
@@ -189,8 +190,15 @@ def test_exact_mean_control_variate_has_mean_zero():
 def _sgd_increments(st, law, L, D, lr, n_steps, key):
     """D·(X' − X) for n_steps independent single exact SGD steps (reduced engine) from X."""
     H, F = st.M.shape
-    eng = ReducedEngine(law=law, activation=Softmax(), L=L, D=D, H=H, B=1, lr=jnp.asarray(lr),
-                        lr_b=jnp.asarray(lr), schedule=Constant())  # fmt: skip
+    eng = ReducedEngine(
+        model=Model(Softmax(), law, L),
+        D=D,
+        H=H,
+        B=1,
+        lr=jnp.asarray(lr),
+        lr_b=jnp.asarray(lr),
+        schedule=Constant(),
+    )
     W = jnp.linalg.cholesky(D * (st.Q - st.M @ st.M.T))  # (H, H) lower-triangular
     keys0 = jnp.concatenate([jnp.sqrt(D) * st.M, W], axis=1)  # (H, F + H)
     frame = jnp.eye(F, F + H)
@@ -258,9 +266,19 @@ def test_increment_moments_are_those_of_real_sgd_steps():
 
 
 def _engine(D, dt, base, T, law=LAW, H=2, L=10, lr=3.0, **kw):
-    return DiffusionEngine(law=law, activation=Softmax(), L=L, D=D, H=H, B=1,
-                           lr=jnp.asarray(lr), lr_b=jnp.asarray(lr), schedule=Constant(),
-                           base=base, dt=dt, horizon=T, **kw)  # fmt: skip
+    return DiffusionEngine(
+        model=Model(Softmax(), law, L),
+        D=D,
+        H=H,
+        B=1,
+        lr=jnp.asarray(lr),
+        lr_b=jnp.asarray(lr),
+        schedule=Constant(),
+        base=base,
+        dt=dt,
+        horizon=T,
+        **kw,
+    )
 
 
 @pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
@@ -285,7 +303,7 @@ def test_without_noise_it_follows_the_ode(solver, order):
             y0 = ode.OrderParameters(st0.M, st0.Q, st0.b)
             problem = ode.DriftProblem.sampled(Softmax(), LAW, base, 3.0)
             obs, _, _ = ode.integrate(y0, np.array([0.0, T]), problem, rbase, Constant(),
-                                      rtol=1e-10, atol=1e-12)  # fmt: skip
+                                      solver=ode.Solver(rtol=1e-10, atol=1e-12))  # fmt: skip
             errs.append(r - obs[-1].risk)
     e1, e2 = np.abs(errs[0]), np.abs(errs[1])
     assert np.all(e1 > 1e-7), e1  # a visible discretisation error …
@@ -298,8 +316,9 @@ def test_same_seed_same_initial_overlaps_as_the_reduced_engine():
         base = BaseSamples.draw(jax.random.key(0), LAW, 10, 2, 16)
         st = _engine(1000, 0.1, base, 1.0).init(keys, 0.1, 0.0, jnp.float64)
         lr = jnp.asarray(3.0)
-        red = ReducedEngine(law=LAW, activation=Softmax(), L=10, D=1000, H=2, B=1, lr=lr,
-                            lr_b=lr, schedule=Constant())  # fmt: skip
+        red = ReducedEngine(
+            model=Model(Softmax(), LAW, 10), D=1000, H=2, B=1, lr=lr, lr_b=lr, schedule=Constant()
+        )
         M, Q = overlaps(red.init(keys, 0.1, 0.0, jnp.float64), 1000)
         np.testing.assert_allclose(np.asarray(st.M), np.asarray(M), rtol=1e-12)
         np.testing.assert_allclose(np.asarray(st.Q), np.asarray(Q), rtol=1e-12)

@@ -20,6 +20,7 @@ import pytest
 
 from headspec.core.attention import BayesSoftmax, Softmax, Softmax1
 from headspec.core.latent import Discrete
+from headspec.core.model import Model
 from headspec.core.observables import BaseSamples, sample_loss
 from headspec.core.shadows import independent_eta2, symmetric_eta2
 from headspec.dynamics.eta2 import RiskGradient, ScoreSamples, eta2_term, risk_gradient
@@ -90,8 +91,8 @@ def softmax3():
     control) and direct MC of T."""
     act = Softmax()
     M, Q, b = state(3, act)
-    grad = risk_gradient(M, Q, b, act, LAW, L)
-    est = eta2_term(M, Q, b, act, LAW, ScoreSamples.rqmc(1, L, 3, 4096), grad=grad)
+    grad = risk_gradient(M, Q, b, Model(act, LAW, L))
+    est = eta2_term(M, Q, b, Model(act, LAW, L), ScoreSamples.rqmc(1, L, 3, 4096), grad=grad)
     ref = direct(M, Q, b, act, jax.random.key(7), 2 * N_DIRECT)["full"]
     return M, Q, b, act, grad, est, ref
 
@@ -105,7 +106,7 @@ def test_a_wrong_control_mean_is_caught(softmax3):
     """With ∇R off by 10 % the controls' means are wrong and the same comparison fails."""
     M, Q, b, act, grad, _, (ref, ref_se) = softmax3
     wrong = RiskGradient(*(1.1 * x for x in grad))
-    bad = eta2_term(M, Q, b, act, LAW, ScoreSamples.rqmc(1, L, 3, 4096), grad=wrong)
+    bad = eta2_term(M, Q, b, Model(act, LAW, L), ScoreSamples.rqmc(1, L, 3, 4096), grad=wrong)
     assert zmax(bad.mean, bad.se, ref, ref_se) > Z
 
 
@@ -115,10 +116,10 @@ def test_every_control_subset_is_unbiased(softmax3):
     control lowers the error bar on the same points."""
     M, Q, b, act, grad, _, (ref, ref_se) = softmax3
     smp = ScoreSamples.mc(jax.random.key(2), L, 3, 4096)
-    plain = eta2_term(M, Q, b, act, LAW, smp, controls=())
+    plain = eta2_term(M, Q, b, Model(act, LAW, L), smp, controls=())
     assert zmax(plain.mean, plain.se, ref, ref_se) < Z
     for c in ("gradient", "symmetric", "independent"):
-        e = eta2_term(M, Q, b, act, LAW, smp, grad=grad, controls=(c,))
+        e = eta2_term(M, Q, b, Model(act, LAW, L), smp, grad=grad, controls=(c,))
         assert zmax(e.mean, e.se, ref, ref_se) < Z, c
         assert np.all(np.asarray(e.se) < np.asarray(plain.se)), c
 
@@ -130,8 +131,8 @@ def test_shadow_means_match_their_monte_carlo(name):
     act = ACTIVATIONS[name]
     M, Q, b = state(2, act, rho=0.4)
     mc = direct(M, Q, b, act, jax.random.key(11), N_DIRECT)
-    t = float(symmetric_eta2(M, Q, b, act, LAW, L))
-    T = independent_eta2(M, Q, b, act, LAW, L)
+    t = float(symmetric_eta2(M, Q, b, Model(act, LAW, L)))
+    T = independent_eta2(M, Q, b, Model(act, LAW, L))
     assert zmax(t, 0.0, *mc["symmetric"]) < Z
     assert zmax(T, 0.0, *mc["independent"]) < Z
     # power: neither shadow's mean is T here (heads distinct, correlated: rho = 0.4)
@@ -144,7 +145,7 @@ def test_independent_shadow_is_T_for_orthogonal_heads():
     act = Softmax1()
     M = jnp.array([[1.5, 0.0], [0.0, 1.1]])
     Q, b = M @ M.T + 0.2 * jnp.eye(2), jnp.full(2, act.default_bias(2, L))
-    T = independent_eta2(M, Q, b, act, LAW, L)
+    T = independent_eta2(M, Q, b, Model(act, LAW, L))
     assert zmax(T, 0.0, *direct(M, Q, b, act, jax.random.key(3), N_DIRECT)["full"]) < Z
 
 
@@ -155,15 +156,15 @@ def test_symmetric_control_is_exact_at_a_symmetric_state(name):
     act = ACTIVATIONS[name]
     m = jnp.array([1.0, 0.7])
     M, Q, b = jnp.stack([m, m]), jnp.full((2, 2), m @ m), jnp.zeros(2)
-    t = float(symmetric_eta2(M, Q, b, act, LAW, L))
+    t = float(symmetric_eta2(M, Q, b, Model(act, LAW, L)))
     smp = ScoreSamples.rqmc(5, L, 2, 1024)
-    est = eta2_term(M, Q, b, act, LAW, smp, controls=("symmetric",))
+    est = eta2_term(M, Q, b, Model(act, LAW, L), smp, controls=("symmetric",))
     np.testing.assert_allclose(np.asarray(est.mean), t, rtol=1e-10)
     # no sampling error left: the s.e. is the bound on the exact mean's quadrature error alone
     # (mean_tol 1e-8 × 0.1 × β = 1)
     assert float(np.max(est.se)) < 1.01e-9
     # without the control the same points carry a sampling error
-    plain = eta2_term(M, Q, b, act, LAW, smp, controls=())
+    plain = eta2_term(M, Q, b, Model(act, LAW, L), smp, controls=())
     assert np.max(np.abs(np.asarray(plain.mean) - t)) > 1e-6 * t
     # and t is T (direct MC)
     assert zmax(t, 0.0, *direct(M, Q, b, act, jax.random.key(9), N_DIRECT)["full"]) < Z
@@ -180,19 +181,19 @@ def test_reported_se_matches_the_spread_over_seeds(kind, controls):
     0.7–1.0 entrywise, spread/naive 0.24–0.38)."""
     act = Softmax()
     M, Q, b = state(3, act)
-    grad = risk_gradient(M, Q, b, act, LAW, L)
+    grad = risk_gradient(M, Q, b, Model(act, LAW, L))
     ests, ses, naive = [], [], []
     for seed in range(24):
         if kind == "rqmc":
             smp = ScoreSamples.rqmc(100 + seed, L, 3, 4096)
         else:
             smp = ScoreSamples.mc(jax.random.key(100 + seed), L, 3, 4096)
-        e = eta2_term(M, Q, b, act, LAW, smp, grad=grad, controls=controls)
+        e = eta2_term(M, Q, b, Model(act, LAW, L), smp, grad=grad, controls=controls)
         ests.append(np.asarray(e.mean))
         ses.append(np.asarray(e.se))
         if kind == "rqmc" and not controls:
             iid = ScoreSamples(z=smp.z, iid=True)
-            naive.append(np.asarray(eta2_term(M, Q, b, act, LAW, iid, controls=()).se))
+            naive.append(np.asarray(eta2_term(M, Q, b, Model(act, LAW, L), iid, controls=()).se))
     iu = np.triu_indices(3)
     spread = np.std(ests, axis=0, ddof=1)[iu]  # (6,)
     reported = np.mean(ses, axis=0)[iu]  # (6,)
@@ -214,11 +215,13 @@ def test_the_exact_drift_takes_its_eta2_term_from_the_estimator():
     st = OrderParameters(M, Q, b)
     scores = ScoreSamples.rqmc(1, L, 3, 4096)
     base = BaseSamples.sobol(0, LAW, L, 3, 4096)
-    via_base = DriftProblem(act, LAW, L, eta, method=Exact(base)).drift(st)
-    via_scores = DriftProblem(act, LAW, L, eta, method=Exact(base, scores=scores)).drift(st)
+    via_base = DriftProblem(Model(act, LAW, L), eta, method=Exact(base)).drift(st)
+    via_scores = DriftProblem(Model(act, LAW, L), eta, method=Exact(base, scores=scores)).drift(st)
     np.testing.assert_array_equal(np.asarray(via_scores.dM), np.asarray(via_base.dM))
-    lin = DriftProblem(act, LAW, L, eta, method=Exact(base), eta2=False).drift(st).dQ
-    T = eta2_term(M, Q, b, act, LAW, scores, grad=risk_gradient(M, Q, b, act, LAW, L))
+    lin = DriftProblem(Model(act, LAW, L), eta, method=Exact(base), eta2=False).drift(st).dQ
+    T = eta2_term(
+        M, Q, b, Model(act, LAW, L), scores, grad=risk_gradient(M, Q, b, Model(act, LAW, L))
+    )
     np.testing.assert_allclose(via_scores.dQ, lin + eta**2 * T.mean, rtol=1e-10, atol=1e-13)
     np.testing.assert_allclose(via_scores.dQ_se, eta**2 * T.se, rtol=1e-10, atol=1e-15)
     assert zmax(via_scores.dQ, via_scores.dQ_se, via_base.dQ, via_base.dQ_se) < Z
@@ -237,7 +240,7 @@ def test_heads_alike_stay_alike_under_the_cyclic_exact_vector_field():
     scores = ScoreSamples.rqmc(2, L, 3, 1024)
 
     def spread(method):
-        f = DriftProblem(act, LAW, L, 3.0, method=method).vector_field(st)
+        f = DriftProblem(Model(act, LAW, L), 3.0, method=method).vector_field(st)
         iu = np.triu_indices(3, 1)
         return max(float(np.ptp(f.M, axis=0).max()), float(np.ptp(np.diag(f.Q))),
                    float(np.ptp(np.asarray(f.Q)[iu])))  # fmt: skip

@@ -20,6 +20,7 @@ import pytest
 from headspec.core.attention import BayesSoftmax, Softmax, Softmax1
 from headspec.core.exact import Quadrature, exact_risk
 from headspec.core.latent import Discrete, FlippedSpike, Gaussian, Spike
+from headspec.core.model import Model
 from headspec.core.observables import BaseSamples, population_risk
 from headspec.dynamics.bayes import bayes_risk, constructed_bayes_softmax
 
@@ -54,7 +55,7 @@ def mc_risk(M, Q, b, act, law, L, se, seed=0):
 
 
 def assert_mc(M, Q, b, act, law, L, se=SE_FAST, seed=0, quad=Quadrature()):
-    exact = float(exact_risk(M, Q, b, act, law, L, quad).mean)
+    exact = float(exact_risk(M, Q, b, Model(act, law, L), quad).mean)
     mean, s = mc_risk(M, Q, b, act, law, L, se, seed)
     assert abs(exact - mean) <= 3 * s, f"exact {exact:.6f}, MC {mean:.6f} ± {s:.1e}"
     return exact
@@ -120,11 +121,11 @@ def test_constructed_bayes_softmax_is_bayes_optimal():
     """SPEC §6: the constructed Bayes-softmax (Q = AAᵀ singular) attains R_B, exactly computed."""
     law = FlippedSpike([2.0, 1.0])
     heads = constructed_bayes_softmax(law)
-    exact = float(exact_risk(heads.M, heads.Q, heads.b, heads.activation, law, 10).mean)
+    exact = float(exact_risk(heads.M, heads.Q, heads.b, Model(heads.activation, law, 10)).mean)
     est = bayes_risk(jax.random.key(3), law, 10, n=2**18)
     assert abs(exact - est.mean) <= 3 * est.se, (exact, est)
     # an optimum: the η-linear drift of SPEC §5 vanishes there (Q = MMᵀ singular, ∇R ≠ 0)
-    R = lambda *x: exact_risk(*x, heads.activation, law, 10).mean  # noqa: E731
+    R = lambda *x: exact_risk(*x, Model(heads.activation, law, 10)).mean  # noqa: E731
     RM, RQ, Rb = jax.grad(R, (0, 1, 2))(heads.M, heads.Q, heads.b)
     G = RQ + RQ.T
     X = RM @ heads.M.T + G @ heads.Q
@@ -135,8 +136,8 @@ def test_constructed_bayes_softmax_is_bayes_optimal():
 
 # ------------------------------------------------------------------------ fast: the gradient
 def _flat_grad_check(M, Q, b, act, law, L, eps=1e-4):
-    R = jax.jit(lambda M, Q, b: exact_risk(M, Q, b, act, law, L).mean)
-    G = jax.grad(lambda *x: exact_risk(*x, act, law, L).mean, (0, 1, 2))(M, Q, b)
+    R = jax.jit(lambda M, Q, b: exact_risk(M, Q, b, Model(act, law, L)).mean)
+    G = jax.grad(lambda *x: exact_risk(*x, Model(act, law, L)).mean, (0, 1, 2))(M, Q, b)
     for k, x in enumerate((M, Q, b)):
         for idx in np.ndindex(x.shape):
             e = jnp.zeros_like(x).at[idx].set(eps)
@@ -161,7 +162,7 @@ def test_gradient_matches_central_differences_interior():
 def test_gradient_finite_and_consistent_at_singular_Q():
     """Identical heads: Q singular, √Q not differentiable, R and its gradient are smooth."""
     M, Q, b = common_phase(2, [0.6, 0.4], scale=2.0, perp=0.3, b=-1.0)
-    R = lambda *x: exact_risk(*x, Softmax1(), LAW2, 4).mean  # noqa: E731
+    R = lambda *x: exact_risk(*x, Model(Softmax1(), LAW2, 4)).mean  # noqa: E731
     G = jax.grad(R, (0, 1, 2))(M, Q, b)
     assert all(bool(jnp.isfinite(g).all()) for g in G)
     # identical heads get identical gradients
@@ -182,7 +183,10 @@ def test_self_convergence_to_1e9():
     law = FlippedSpike([2.5])
     M, Q, b = jnp.array([[2.0]]), jnp.array([[5.0]]), jnp.zeros(1)
     ns = (24, 48, 64, 128)
-    r = [float(exact_risk(M, Q, b, Softmax1(), law, 10, Quadrature(n_w=n, n_s=n)).mean) for n in ns]
+    r = [
+        float(exact_risk(M, Q, b, Model(Softmax1(), law, 10), Quadrature(n_w=n, n_s=n)).mean)
+        for n in ns
+    ]
     errs = [abs(x - r[-1]) for x in r[:-1]]
     assert all(a > b for a, b in itertools.pairwise(errs)), errs
     assert errs[-1] < 2e-9, errs
@@ -191,7 +195,7 @@ def test_self_convergence_to_1e9():
 def test_rejects_what_it_cannot_do():
     M, Q, b = jnp.ones((1, 1)), jnp.ones((1, 1)), jnp.zeros(1)
     with pytest.raises(ValueError, match="L must be"):
-        exact_risk(M, Q, b, Softmax(), Spike([1.0]), 1)
+        exact_risk(M, Q, b, Model(Softmax(), Spike([1.0]), 1))
 
 
 # ----------------------------------------------------------------------- slow: the full grid
@@ -261,7 +265,7 @@ def test_e1_states_against_monte_carlo(act):
 @pytest.mark.slow
 def test_e1_bayes_risk_exact():
     heads = constructed_bayes_softmax(E1_LAW)
-    exact = float(exact_risk(heads.M, heads.Q, heads.b, heads.activation, E1_LAW, 10).mean)
+    exact = float(exact_risk(heads.M, heads.Q, heads.b, Model(heads.activation, E1_LAW, 10)).mean)
     est = bayes_risk(jax.random.key(7), E1_LAW, 10, n=2**21)
     assert abs(exact - est.mean) <= 3 * est.se, (exact, est)
 
@@ -273,7 +277,7 @@ def test_hessian_finite_and_consistent_at_singular_Q(act):
     central differences of the gradient."""
     law = Discrete([[2.0, 0.0], [0.0, 2.0]], [0.6, 0.4])
     M, Q, b = common_phase(2, [0.6, 0.4], scale=2.0, perp=0.3)
-    grad = jax.grad(lambda *x: exact_risk(*x, ACTIVATIONS[act], law, 10).mean, (0, 1, 2))
+    grad = jax.grad(lambda *x: exact_risk(*x, Model(ACTIVATIONS[act], law, 10)).mean, (0, 1, 2))
     hess = jax.jacfwd(grad, (0, 1, 2))(M, Q, b)
     assert all(bool(jnp.isfinite(h).all()) for row in hess for h in row)
     d = (jnp.array([[0.3, -0.2], [0.3, -0.2]]), None, jnp.array([0.1, -0.1]))
@@ -300,7 +304,7 @@ def test_self_convergence_larger(act, H):
     else:
         nodes = [(24, 48), (32, 96), (48, 160), (96, 320)]  # (n_w, n_s); the default third
         quads = [Quadrature(n_w=a, n_s=b) for a, b in nodes]
-    r = [float(exact_risk(M, Q, b, ACTIVATIONS[act], law, 10, q).mean) for q in quads]
+    r = [float(exact_risk(M, Q, b, Model(ACTIVATIONS[act], law, 10), q).mean) for q in quads]
     errs = [abs(x - r[-1]) for x in r[:-1]]
     assert all(a > b for a, b in itertools.pairwise(errs)), errs
     assert errs[-1] < 1e-9, errs
@@ -314,7 +318,7 @@ def test_states_share_one_compiled_program():
     before = ex._exact_risk._cached._cache_size()
     for s in (0.5, 1.0, 2.0):
         M, Q, b = common_phase(2, [0.6, 0.4], scale=s)
-        exact_risk(M, Q, b, Softmax1(), law, 4)
+        exact_risk(M, Q, b, Model(Softmax1(), law, 4))
     assert ex._exact_risk._cached._cache_size() - before <= 1
 
 
@@ -325,7 +329,7 @@ def test_vmap_over_states_keeps_each_state_on_its_own_branch():
     law = LAW2
     states = [common_phase(2, [0.6, 0.4], scale=0.5), grouped([[1.0, 0.2], [0.1, 1.3]])]
     M, Q, b = (jnp.stack(x) for x in zip(*states, strict=True))  # (2, …): one singular Q
-    risk = lambda M, Q, b: exact_risk(M, Q, b, Softmax(), law, 4).mean  # noqa: E731
+    risk = lambda M, Q, b: exact_risk(M, Q, b, Model(Softmax(), law, 4)).mean  # noqa: E731
     both = jax.jit(jax.vmap(jax.value_and_grad(risk, argnums=(0, 1))))
     r, (gM, gQ) = both(M, Q, b)
     for i, s in enumerate(states):

@@ -50,13 +50,13 @@ def test_random_order_is_a_permutation_with_the_same_endpoints():
     M = jnp.asarray(rng.normal(size=(4, 2)))
     Q = M @ M.T + 0.3 * jnp.eye(4)
     b = jnp.asarray(rng.normal(size=4))
-    g = prune_path(M, Q, b, Softmax1(), LAW, _base(4), "greedy")
-    r = prune_path(M, Q, b, Softmax1(), LAW, _base(4), "random", jax.random.key(5))
+    g = prune_path(M, Q, b, Softmax1(), LAW, _base(4), order="greedy")
+    r = prune_path(M, Q, b, Softmax1(), LAW, _base(4), order="random", key=jax.random.key(5))
     assert sorted(r["removed"]) == [0, 1, 2, 3]
     assert r["risk"][0] == g["risk"][0] and r["risk"][-1] == g["risk"][-1] == 0.5
     assert g["risk"][1] <= r["risk"][1] + 1e-15  # greedy's first removal is the cheapest
     with pytest.raises(ValueError, match="greedy"):
-        prune_path(M, Q, b, Softmax1(), LAW, _base(4), "alphabetical")
+        prune_path(M, Q, b, Softmax1(), LAW, _base(4), order="alphabetical")
 
 
 def test_flipped_spike_needs_both_signs():

@@ -17,6 +17,7 @@ import pytest
 from headspec.core.attention import Softmax
 from headspec.core.exact import Quadrature
 from headspec.core.latent import Discrete
+from headspec.core.model import Model
 from headspec.core.observables import BaseSamples
 from headspec.core.quadrature import reach
 from headspec.dynamics.problem import DriftProblem, Exact, OrderParameters, Sampled
@@ -43,17 +44,19 @@ def test_beyond_its_reach_the_exact_drift_is_the_sampled_one_and_right():
     standard errors), and that drift agrees with an independent 2¹⁶-point qmc reference within
     their combined standard errors (4 s.e.): the old quadrature's dQ₁₁ was off by ~3×."""
     base = BaseSamples.sobol(0, LAW, 10, 2, 1024)
-    exact = DriftProblem(Softmax(), LAW, L=10, lr=1.0, method=Exact(base)).drift(FAR)
-    sampled = DriftProblem(Softmax(), LAW, L=10, lr=1.0, method=Sampled(base)).drift(FAR)
+    exact = DriftProblem(Model(Softmax(), LAW, L=10), lr=1.0, method=Exact(base)).drift(FAR)
+    sampled = DriftProblem(Model(Softmax(), LAW, L=10), lr=1.0, method=Sampled(base)).drift(FAR)
     np.testing.assert_allclose(exact.dQ, sampled.dQ, rtol=1e-12, atol=1e-14)
     assert float(jnp.max(exact.dQ_se)) > 0  # says it is sampled
     ref_base = BaseSamples.sobol(7, LAW, 10, 2, 2**16)
-    ref = DriftProblem(Softmax(), LAW, L=10, lr=1.0, method=Sampled(ref_base)).drift(FAR)
+    ref = DriftProblem(Model(Softmax(), LAW, L=10), lr=1.0, method=Sampled(ref_base)).drift(FAR)
     se = np.hypot(np.asarray(exact.dQ_se), np.asarray(ref.dQ_se))
     assert np.all(np.abs(np.asarray(exact.dQ) - np.asarray(ref.dQ)) <= 4 * se + 1e-12)
 
 
 def test_within_its_reach_the_exact_drift_is_exact():
     base = BaseSamples.sobol(0, LAW, 10, 2, 1024)
-    d = DriftProblem(Softmax(), LAW, L=10, lr=1.0, method=Exact(base), eta2=False).drift(NEAR)
+    d = DriftProblem(Model(Softmax(), LAW, L=10), lr=1.0, method=Exact(base), eta2=False).drift(
+        NEAR
+    )
     assert float(jnp.max(d.dQ_se)) == 0.0 and float(jnp.max(d.dM_se)) == 0.0

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from headspec.apps.cli import app
 from headspec.core.attention import Softmax
 from headspec.core.latent import Discrete
+from headspec.core.model import Model
 from headspec.core.observables import BaseSamples
 from headspec.dynamics.analysis import slow_stretches
 from headspec.dynamics.ode import DriftProblem, Exact, OrderParameters
@@ -124,7 +125,7 @@ def test_cli_saddles_from_config_writes_table_files_and_figure(tmp_path):
     guess = OrderParameters(jnp.array([[1.0, 0.4]]), jnp.array([[1.3]]), jnp.zeros(1))
     base = BaseSamples.sobol(0, law, 10, 2, 256)
     direct = find_fixed_point(
-        guess, (2,), DriftProblem(Softmax(), law, 10, 2.0, method=Exact(base, FINE))
+        guess, (2,), DriftProblem(Model(Softmax(), law, 10), 2.0, method=Exact(base, FINE))
     )
     assert np.allclose(first.M, direct.state.M, atol=1e-6), (first.M.values, direct.state.M)
 

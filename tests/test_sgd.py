@@ -27,6 +27,7 @@ from headspec.conventions.runs import divergence_message, simulate
 from headspec.conventions.timegrid import time_grid
 from headspec.core.attention import get_activation
 from headspec.core.latent import Discrete
+from headspec.core.model import Model
 from headspec.core.observables import BaseSamples, Observation
 from headspec.core.schedules import Constant
 from headspec.core.task import Task, make_frame, sample_batch
@@ -70,9 +71,7 @@ def test_loss_gradient_matches_central_differences(name, agg):
     d, l_, h, nb = 7, 4, 3, 2
     law = Discrete(ATOMS, PROBS)
     engine = FullEngine(
-        law=law,
-        activation=get_activation(name, agg),
-        L=l_,
+        model=Model(get_activation(name, agg), law, l_),
         D=d,
         H=h,
         B=nb,
@@ -406,6 +405,7 @@ _MEM_SCRIPT = """
 import resource, sys, json
 from headspec.conventions.config import load_config, SimulateConfig
 from headspec.conventions.runs import simulate
+from headspec.core.model import Model
 T = sys.argv[1]
 cfg = load_config(SimulateConfig, overrides=[
     "task.D=200", "task.L=10", "model.H=4", "seeds=2", "record.points=5", "record.n_mc=512",

@@ -8,6 +8,7 @@ import pytest
 
 from headspec.core.attention import Softmax
 from headspec.core.latent import Discrete, Gaussian
+from headspec.core.model import Model
 from headspec.core.observables import BaseSamples
 from headspec.dynamics.problem import DriftProblem, Exact, Sampled
 from headspec.dynamics.splitmap import classify_split, split_map, splits_of
@@ -24,7 +25,7 @@ EXACT_RATE = -0.0013919
 def _problem(method: str) -> DriftProblem:
     base = BaseSamples.sobol(0, LAW, L=L, H=2, n=2048)
     m = Sampled(base, name="qmc") if method == "sampled" else Exact(base)  # as the config builds
-    return DriftProblem(Softmax(), LAW, L=L, lr=LR, method=m)
+    return DriftProblem(Model(Softmax(), LAW, L=L), lr=LR, method=m)
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +142,7 @@ def test_the_even_split_stays_a_minimum_along_the_small_grid(grid):
 def test_the_map_refuses_a_law_it_cannot_scale():
     law = Gaussian([0.0, 0.0], var=[1.0, 1.0])
     base = BaseSamples.sobol(0, law, L=L, H=2, n=64)
-    p = DriftProblem(Softmax(), law, L=L, lr=LR, method=Sampled(base))
+    p = DriftProblem(Model(Softmax(), law, L=L), lr=LR, method=Sampled(base))
     with pytest.raises(ValueError, match="fix: give a problem on a discrete law"):
         split_map(p, np.eye(2), 2, [1.0], [1.0])
 
@@ -169,7 +170,7 @@ SPIKE = Discrete([[1.0], [-1.0]])
 
 def _spike_problem() -> DriftProblem:
     base = BaseSamples.sobol(0, SPIKE, L=4, H=4, n=2048)
-    return DriftProblem(Softmax(), SPIKE, L=4, lr=1.0, method=Sampled(base, name="qmc"))
+    return DriftProblem(Model(Softmax(), SPIKE, L=4), lr=1.0, method=Sampled(base, name="qmc"))
 
 
 @pytest.mark.slow  # test tier: an ODE excursion from a 4-head saddle (~1 min on 2 cores)

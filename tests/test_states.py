@@ -38,6 +38,7 @@ from headspec.conventions.config import (
 from headspec.conventions.refusal import fit_value
 from headspec.core.attention import Softmax
 from headspec.core.latent import Discrete
+from headspec.core.model import Model
 from headspec.core.observables import BaseSamples
 from headspec.core.schedules import Constant
 from headspec.dynamics.engines import seed_keys
@@ -56,10 +57,20 @@ def _diffusion_states(scale, eta, D, noise_factor=1.0, seeds=(0, 1), dt=0.1):
     law = Discrete(atoms=[[2.0 * scale, 0.0], [0.0, 2.0 * scale]], probs=[0.6, 0.4])
     base = BaseSamples.draw(jax.random.key(1), law, L=L, H=H, n=N)
     gram = gram_rest(jax.random.key(2), N, L, int(D), law.F + H)
-    eng = DiffusionEngine(law=law, activation=Softmax(), L=L, D=int(D), H=H, B=1,
-                          lr=jnp.asarray(eta), lr_b=jnp.asarray(eta), schedule=Constant(),
-                          base=base, gram=gram, dt=dt, horizon=T,
-                          noise_factor=noise_factor)  # fmt: skip
+    eng = DiffusionEngine(
+        model=Model(Softmax(), law, L),
+        D=int(D),
+        H=H,
+        B=1,
+        lr=jnp.asarray(eta),
+        lr_b=jnp.asarray(eta),
+        schedule=Constant(),
+        base=base,
+        gram=gram,
+        dt=dt,
+        horizon=T,
+        noise_factor=noise_factor,
+    )
     keys = seed_keys(list(seeds))
     state = eng.init(keys, sigma0=0.1, b0=0.0, dtype=jnp.float64)
     state = eng.advance(

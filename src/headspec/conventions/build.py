@@ -21,6 +21,7 @@ import numpy as np
 from headspec.conventions.config.domain import diffusion_head_cyclic, theory_head_cyclic
 from headspec.core.attention import Activation, get_activation
 from headspec.core.latent import LatentLaw
+from headspec.core.model import Model
 from headspec.core.observables import BaseSamples
 from headspec.core.schedules import Constant, InverseTime, Schedule
 from headspec.dynamics.engines import ENGINES, Engine
@@ -36,6 +37,11 @@ Array = jax.Array
 def activation(model) -> Activation:
     """The activation of a :class:`~headspec.conventions.config.ModelConfig`."""
     return get_activation(model.activation, model.aggregation)
+
+
+def model_of(cfg, law: LatentLaw) -> Model:
+    """The model of ``cfg`` (its activation and L) with the built ``law``."""
+    return Model(activation(cfg.model), law, cfg.task.L)
 
 
 def initial_bias(model, L: int) -> float:
@@ -79,9 +85,7 @@ def engine(cfg, schedule_fn: Callable | None = None) -> Engine:
                  "horizon": cfg.train.T, "resample": opts.resample, "orbit": copies,
                  "noise_factor": opts.noise_factor, "exact": exact}  # fmt: skip
     return ENGINES[cfg.train.engine](
-        law=law,
-        activation=activation(cfg.model),
-        L=cfg.task.L,
+        model=model_of(cfg, law),
         D=cfg.task.D,
         H=cfg.model.H,
         B=cfg.train.batch,
@@ -130,7 +134,7 @@ def drift_problem(cfg, law: LatentLaw, init: InitialState | None = None) -> Drif
         strategy = Exact(base, scores=scores, cyclic=cyclic, symmetric=symmetric)
     else:  # cyclic: heads treated alike, identical heads stay identical (cost × H)
         strategy = Sampled(base.head_cyclic() if cyclic else base, name=method)
-    return DriftProblem(activation(cfg.model), law, L, lr, lr_b, strategy)
+    return DriftProblem(model_of(cfg, law), lr, lr_b, strategy)
 
 
 def analysis_problem(
@@ -150,7 +154,7 @@ def analysis_problem(
         base = base.head_cyclic()
     lr, lr_b = learning_rates(cfg.train)
     strategy = Exact(base, FINE) if method == "exact" else Sampled(base, name=method)
-    return DriftProblem(activation(cfg.model), law, cfg.task.L, lr, lr_b, strategy, eta2)
+    return DriftProblem(model_of(cfg, law), lr, lr_b, strategy, eta2)
 
 
 def split_map_problem(cfg) -> tuple[DriftProblem, np.ndarray]:
@@ -167,7 +171,7 @@ def split_map_problem(cfg) -> tuple[DriftProblem, np.ndarray]:
     else:
         base = BaseSamples.sobol(cfg.seed, law, L, H, opts.n)
     strategy = Exact(base, FINE) if opts.method == "exact" else Sampled(base, name=opts.method)
-    problem = DriftProblem(activation(cfg.model), law, L, method=strategy)
+    problem = DriftProblem(model_of(cfg, law), method=strategy)
     atoms = np.asarray(law.atoms, np.float64)  # (J, F): the directions
     # η = 0 → the η-linear drift at η = 1: the one rule of dynamics.splitmap.at_setting (the
     # amplitude is the law's own, so its atoms are unchanged)

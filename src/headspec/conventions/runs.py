@@ -60,7 +60,7 @@ def simulate(cfg, progress: Callable[[int, int], None] | None = None, schedule=N
     state = build.start(cfg, engine, keys, dtype)
     test, n_test = engine.test_set(keys["test"], state, cfg.record.n_test)
     steps, ts = _grid(cfg)
-    obs, state = run(engine, state, keys["train"], steps, base, test, progress)
+    obs, state = run(engine, state, keys["train"], steps, base, test=test, progress=progress)
     fail_step = np.asarray(state.fail_step)
     ds = assemble(
         "simulation",
@@ -123,10 +123,8 @@ def solve(cfg, progress: Callable[[float, float], None] | None = None, schedule=
         problem,
         build.risk_base(cfg.record, law, L, H),
         schedule or build.schedule(cfg.train.schedule),
-        cfg.theory.rtol,
-        cfg.theory.atol,
-        cfg.theory.max_steps,
-        progress,
+        solver=ode.Solver(cfg.theory.rtol, cfg.theory.atol, cfg.theory.max_steps),
+        progress=progress,
     )
     failed = np.isfinite(fail_t)
     fail_step = np.where(failed, np.round(np.nan_to_num(fail_t) * cfg.task.D), -1).astype(int)
@@ -333,9 +331,9 @@ def prune_result(ds, seed_index: int = 0, t_index: int = -1, n: int = 16384, ran
     st = ds.isel(seed=seed_index, t=t_index)
     M, Q, b = (np.asarray(st[v].values) for v in ("M", "Q", "b"))
     base = build.risk_base(cfg.record, law, cfg.task.L, M.shape[0], n)
-    greedy = prune_path(M, Q, b, act, law, base, "greedy")
+    greedy = prune_path(M, Q, b, act, law, base, order="greedy")
     rand = [
-        prune_path(M, Q, b, act, law, base, "random", jax.random.key(1000 + k))
+        prune_path(M, Q, b, act, law, base, order="random", key=jax.random.key(1000 + k))
         for k in range(random_orders)
     ]
     return {"greedy": greedy, "random": rand, "n_heads": greedy["n_heads"]}

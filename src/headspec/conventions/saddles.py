@@ -60,8 +60,8 @@ def find_saddles(
         states,
         problem,
         build.schedule(cfg.train.schedule),
-        group_cos,
-        progress,
+        group_cos=group_cos,
+        progress=progress,
     )
 
 

@@ -53,13 +53,15 @@ Example:
     >>> from headspec.core.latent import Spike
     >>> from headspec.core.attention import Softmax
     >>> M, Q, b = jnp.array([[2.0]]), jnp.array([[4.0]]), jnp.zeros(1)   # the head k = K*a
-    >>> r = exact_risk(M, Q, b, Softmax(), Spike([2.0]), L=10)
+    >>> from headspec.core.model import Model
+    >>> model = Model(Softmax(), Spike([2.0]), L=10)
+    >>> r = exact_risk(M, Q, b, model)
     >>> round(float(r.mean), 4)      # one softmax head on the spike is Bayes-optimal
     0.2234
     >>> from headspec.core.precision import float64_context
     >>> with float64_context():      # gradients of any order, here at a singular Q (two heads)
     ...     M2, Q2 = jnp.array([[2.0], [2.0]]), jnp.full((2, 2), 4.0)
-    ...     R = lambda Q: exact_risk(M2, Q, jnp.zeros(2), Softmax(), Spike([2.0]), L=10).mean
+    ...     R = lambda Q: exact_risk(M2, Q, jnp.zeros(2), model).mean
     ...     g = jax.grad(R)(Q2)
     >>> bool(jnp.isfinite(g).all())
     True
@@ -75,8 +77,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from headspec.core.attention import Activation, BayesSoftmax, Softmax, Softmax1
+from headspec.core.attention import BayesSoftmax, Softmax, Softmax1
 from headspec.core.latent import Gaussian, LatentLaw
+from headspec.core.model import Model
 from headspec.core.precision import float64
 from headspec.core.quadrature import (
     X_CUT,
@@ -114,7 +117,7 @@ def _hidden(M: Array, Q: Array, b: Array, law: LatentLaw):
 
 
 # ----------------------------------------------------------------------- softmax and softmax-1
-def _per_head_risk(M, Q, b, law, L, kappa, c, quad):
+def _per_head_risk(M, Q, b, law, L, quad, *, kappa, c):
     """R given each hidden-token law (K,) for per-head normalisers (softmax, softmax-1)."""
     H = M.shape[0]
     hm, hC, _, _ = _hidden(M, Q, b, law)  # (K, H), (K, H, H)
@@ -124,7 +127,8 @@ def _per_head_risk(M, Q, b, law, L, kappa, c, quad):
     # per-head w-grids
     tok_m = jnp.concatenate([b[None, :], hm], axis=0)  # (1+K, H): noise first
     tok_v = jnp.concatenate([qd[None, :], hv], axis=0)  # (1+K, H)
-    grids = [w_grid(tok_m[:, h], tok_v[:, h], b[h], qd[h], L, kappa, quad) for h in range(H)]
+    grids = [w_grid(tok_m[:, h], tok_v[:, h], b[h], qd[h], L=L, kappa=kappa, quad=quad)
+             for h in range(H)]  # fmt: skip
     w = jnp.stack([g[0] for g in grids])  # (H, n_w)
     om1 = jnp.stack([g[1] for g in grids])  # (H, n_w)
     om2 = jnp.stack([g[2] for g in grids])  # (H, n_w)
@@ -175,7 +179,7 @@ def _per_head_risk(M, Q, b, law, L, kappa, c, quad):
 
 
 # --------------------------------------------------- all heads at one w: E Π_h g_{a_h}(w + s_h)
-def _bayes_risk(M, Q, b, law, L, c, quad):
+def _bayes_risk(M, Q, b, law, L, quad, *, c):
     """R given each hidden-token law (K,) for Bayes-softmax: one softmax over tokens of the
     scores y_l = log Σ_h e^{s_hl}, whose token factors E g_a(w + y) expand into multi-head
     moments: g_0(w + y) = Π_h g_0(w + s_h), g_1(w + y) = Σ_h e^{w+s_h} Π_h' g_0(w + s_h'),
@@ -215,16 +219,17 @@ def _bayes_risk(M, Q, b, law, L, c, quad):
 
 # ----------------------------------------------------------------------------------- the API
 @eqx.filter_jit
-def _exact_risk(M, Q, b, activation: Activation, law: LatentLaw, L: int, quad: Quadrature):
+def _exact_risk(M, Q, b, model: Model, quad: Quadrature):
+    activation, law, L = model.activation, model.law, model.L
     H = M.shape[0]
     c = 1.0 / H if activation.aggregation == "mean" else 1.0
     if isinstance(activation, BayesSoftmax) and H > 1:
-        per = _bayes_risk(M, Q, b, law, L, c, quad)
+        per = _bayes_risk(M, Q, b, law, L, quad, c=c)
     elif isinstance(activation, BayesSoftmax):  # one head: a softmax head
-        per = _per_head_risk(M, Q, b, law, L, 0.0, c, quad)
+        per = _per_head_risk(M, Q, b, law, L, quad, kappa=0.0, c=c)
     else:
         kappa = 1.0 if isinstance(activation, Softmax1) else 0.0
-        per = _per_head_risk(M, Q, b, law, L, kappa, c, quad)
+        per = _per_head_risk(M, Q, b, law, L, quad, kappa=kappa, c=c)
     _, _, weights, atoms = _hidden(M, Q, b, law)
     return ExactRisk(weights @ per, per if atoms else jnp.zeros((0,), per.dtype))
 
@@ -234,23 +239,23 @@ def exact_risk(
     M: Array,
     Q: Array,
     b: Array,
-    activation: Activation,
-    law: LatentLaw,
-    L: int,
+    model: Model,
     quad: Quadrature = Quadrature(),
 ) -> ExactRisk:
     """The D → ∞ population risk R(M, Q, b) of SPEC §4 by deterministic quadrature.
 
-    M (H, F), Q (H, H) (PSD, singular allowed; entries treated as independent), b (H,); L ≥ 2
-    tokens; a discrete (spike, flipped spike) or Gaussian law; softmax, softmax-1 or
-    Bayes-softmax with either aggregation. Jitted (one compilation per shapes, activation, law
-    family, L and ``quad``) and differentiable in M, Q, b by ``jax.grad``/``jax.jacfwd`` to any
-    order. ``by_atom`` is R given θ = a_j for discrete laws (empty for a Gaussian law).
+    M (H, F), Q (H, H) (PSD, singular allowed; entries treated as independent), b (H,); the
+    ``model``'s L ≥ 2 tokens, a discrete (spike, flipped spike) or Gaussian law and softmax,
+    softmax-1 or Bayes-softmax with either aggregation. Jitted (one compilation per shapes,
+    activation, law family, L and ``quad``) and differentiable in M, Q, b by ``jax.grad``/
+    ``jax.jacfwd`` to any order. ``by_atom`` is R given θ = a_j for discrete laws (empty for a
+    Gaussian law).
 
     Bayes-softmax with H ≥ 2 heads costs n_w_bayes · n_bayes^{H−1} · 25 numbers per token law with
     a gradient; beyond 5e7 it is refused (H = 4: pass ``Quadrature(n_bayes=24)``, accurate only
     while 14·√Q_hh/23 ≲ 0.5).
     """
+    activation, law, L = model.activation, model.law, model.L
     if L < 2:
         raise ValueError(f"L must be ≥ 2, got {L}")
     if not isinstance(activation, Softmax | Softmax1 | BayesSoftmax):
@@ -267,4 +272,4 @@ def exact_risk(
     M = jnp.asarray(M, jnp.float64)
     Q = jnp.asarray(Q, jnp.float64)
     b = jnp.asarray(b, jnp.float64).reshape(M.shape[0])
-    return _exact_risk(M, Q, b, activation, law, int(L), quad)
+    return _exact_risk(M, Q, b, model, quad)

@@ -321,6 +321,7 @@ def w_grid(
     var: Array,
     noise_mean: Array,
     noise_var: Array,
+    *,
     L: int,
     kappa: float,
     quad: Quadrature,

@@ -24,8 +24,10 @@ Example (identical heads: the symmetric shadow is T; with H = 1 both shadows are
     >>> from headspec.core.latent import Discrete
     >>> law = Discrete(3.0 * np.eye(3), [0.5, 0.3, 0.2])
     >>> m = np.array([[1.0, 0.8, 0.5]])
-    >>> t = symmetric_eta2(m, m @ m.T + 0.3, np.zeros(1), Softmax(), law, L=6)
-    >>> T = independent_eta2(m, m @ m.T + 0.3, np.zeros(1), Softmax(), law, L=6)
+    >>> from headspec.core.model import Model
+    >>> model = Model(Softmax(), law, L=6)
+    >>> t = symmetric_eta2(m, m @ m.T + 0.3, np.zeros(1), model)
+    >>> T = independent_eta2(m, m @ m.T + 0.3, np.zeros(1), model)
     >>> T.shape, bool(abs(float(T[0, 0]) - float(t)) < 1e-9 * float(t)), float(t) > 0
     ((1, 1), True, True)
 """
@@ -42,6 +44,7 @@ import numpy as np
 
 from headspec.core.attention import Activation, BayesSoftmax, Softmax, Softmax1
 from headspec.core.latent import Gaussian, LatentLaw
+from headspec.core.model import Model
 from headspec.core.precision import float64
 from headspec.core.quadrature import X_CUT, Quadrature, moments1, w_grid, z_upper
 
@@ -100,8 +103,9 @@ def _monomials(beta: float):
 A_MAX = 7  # token moments e_a for a < A_MAX (total power ≤ 6)
 
 
-def symmetric_mean(M, Q, b, activation: Activation, law: LatentLaw, L: int, quad) -> Array:
+def symmetric_mean(M, Q, b, model: Model, quad: Quadrature) -> Array:
     """:func:`symmetric_eta2` without its float64 entry (traceable: called inside jit)."""
+    activation, law, L = model.activation, model.law, model.L
     H = M.shape[0]
     kappa, beta, gamma, _ = head_constants(activation, H)
     hm, Ch, _, wts = token_laws(M, Q, b, law)
@@ -110,7 +114,7 @@ def symmetric_mean(M, Q, b, activation: Activation, law: LatentLaw, L: int, quad
     mn, vn = jnp.mean(b), one @ Q @ one
     K = mh.shape[0]
     w, _, _ = w_grid(jnp.concatenate([mn[None], mh]), jnp.concatenate([vn[None], vh]),
-                      mn, vn, L, kappa, quad)  # fmt: skip
+                      mn, vn, L=L, kappa=kappa, quad=quad)  # fmt: skip
     h = w[1] - w[0]
     base = jnp.full(w.shape, h).at[-1].set(0.5 * h)
     kap = jnp.exp(-kappa * jnp.exp(w))  # (n_w,)
@@ -146,14 +150,13 @@ def symmetric_mean(M, Q, b, activation: Activation, law: LatentLaw, L: int, quad
 
 @float64
 def symmetric_eta2(
-    M: Array, Q: Array, b: Array, activation: Activation, law: LatentLaw, L: int,
-    quad: Quadrature = Quadrature(),
-) -> Array:  # fmt: skip
+    M: Array, Q: Array, b: Array, model: Model, quad: Quadrature = Quadrature()
+) -> Array:
     """E of the symmetric shadow: T (a scalar t, T = t·11ᵀ) for H identical heads whose scores
     are the mean head's, x_l = mean_h s_hl (noise N(b̄, 1ᵀQ1/H²), hidden N(mean_h(Mθ + b),
     1ᵀC1/H²), C the hidden covariance). Exactly T itself when the heads are identical."""
     M, Q, b = (jnp.asarray(x, jnp.float64) for x in (M, Q, b))
-    return _symmetric_jit(M, Q, b, activation, law, int(L), quad)
+    return _symmetric_jit(M, Q, b, model, quad)
 
 
 _symmetric_jit = eqx.filter_jit(symmetric_mean)
@@ -248,8 +251,9 @@ def _tail_weights(w: Array, K: np.ndarray) -> Array:
     return base / jnp.asarray([math.gamma(max(k, 1)) for k in K], w.dtype)[:, None]
 
 
-def independent_mean(M, Q, b, activation: Activation, law: LatentLaw, L: int, quad) -> Array:
+def independent_mean(M, Q, b, model: Model, quad: Quadrature) -> Array:
     """:func:`independent_eta2` without its float64 entry (traceable: called inside jit)."""
+    activation, law, L = model.activation, model.law, model.L
     H = M.shape[0]
     kappa, _, _, joint = head_constants(activation, H)
     cf = 1.0 / H if activation.aggregation == "mean" else 1.0
@@ -268,7 +272,7 @@ def independent_mean(M, Q, b, activation: Activation, law: LatentLaw, L: int, qu
             jnp.linspace(lo, hi, quad.n_w_bayes, dtype=M.dtype), (H, quad.n_w_bayes)
         )
     else:
-        w = jnp.stack([w_grid(tok_m[h], tok_v[h], b[h], vn[h], L, kappa, quad)[0]
+        w = jnp.stack([w_grid(tok_m[h], tok_v[h], b[h], vn[h], L=L, kappa=kappa, quad=quad)[0]
                        for h in range(H)])  # fmt: skip
     n_w = w.shape[-1]
     e = moments1(
@@ -297,16 +301,15 @@ def independent_mean(M, Q, b, activation: Activation, law: LatentLaw, L: int, qu
 
 @float64
 def independent_eta2(
-    M: Array, Q: Array, b: Array, activation: Activation, law: LatentLaw, L: int,
-    quad: Quadrature = Quadrature(),
-) -> Array:  # fmt: skip
+    M: Array, Q: Array, b: Array, model: Model, quad: Quadrature = Quadrature()
+) -> Array:
     """E of the independent shadow (H, H): T for heads whose scores are independent across
     heads, head h's with its own variance (noise N(b_h, Q_hh), hidden N((Mθ + b)_h, C_hh)).
     Exactly T itself when Q (and the hidden covariance) is diagonal. Every head's moments are
     one-dimensional w-integrals (per head for softmax and softmax-1, one shared integral over
     all heads for Bayes-softmax)."""
     M, Q, b = (jnp.asarray(x, jnp.float64) for x in (M, Q, b))
-    return _independent_jit(M, Q, b, activation, law, int(L), quad)
+    return _independent_jit(M, Q, b, model, quad)
 
 
 _independent_jit = eqx.filter_jit(independent_mean)

@@ -147,6 +147,7 @@ def sample_projected(
     n: int,
     M: Array | None = None,
     Q: Array | None = None,
+    *,
     fix_eps: bool = False,
     dtype=jnp.float64,
 ) -> ProjectedBatch:

@@ -44,6 +44,7 @@ from headspec.core.attention import (
 from headspec.core.exact import exact_risk
 from headspec.core.latent import Discrete, LatentLaw
 from headspec.core.linalg import psd_root
+from headspec.core.model import Model
 from headspec.core.precision import float64
 from headspec.core.quadrature import Quadrature
 from headspec.core.stats import MCEstimate
@@ -146,6 +147,7 @@ def estimate_risks(
     law: LatentLaw,
     L: int,
     predictors: Mapping[str, Predictor],
+    *,
     n: int = 100_000,
     route: str = "projected",
     D: int | None = None,
@@ -229,7 +231,8 @@ def exact_risk_of(pred: Predictor, law: LatentLaw, L: int, quad: Quadrature | No
     if not isinstance(pred, Heads):
         return None
     try:
-        r = exact_risk(pred.M, pred.Q, pred.b, pred.activation, law, L, quad or Quadrature())
+        model = Model(pred.activation, law, L)
+        r = exact_risk(pred.M, pred.Q, pred.b, model, quad or Quadrature())
     except (TypeError, ValueError):  # an activation, law or size the quadrature does not cover
         return None
     return float(r.mean)

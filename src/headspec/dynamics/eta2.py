@@ -37,7 +37,8 @@ Example:
     >>> samples = ScoreSamples.rqmc(0, L=10, H=3, n=2048)
     >>> M = jnp.diag(jnp.array([3.6, 3.3, 3.0]))
     >>> Q, b = M @ M.T + 0.2 * jnp.eye(3), jnp.zeros(3)
-    >>> est = eta2_term(M, Q, b, Softmax(), law, samples)
+    >>> from headspec.core.model import Model
+    >>> est = eta2_term(M, Q, b, Model(Softmax(), law, L=10), samples)
     >>> T, se = np.asarray(est.mean), np.asarray(est.se)
     >>> bool(np.all(se < 0.02 * T.max())), bool(np.allclose(T, T.T))
     (True, True)
@@ -55,8 +56,9 @@ import numpy as np
 
 from headspec.core.attention import Activation
 from headspec.core.exact import exact_risk
-from headspec.core.latent import Gaussian, LatentLaw
+from headspec.core.latent import Gaussian
 from headspec.core.linalg import principal_root, solve, svd
+from headspec.core.model import Model
 from headspec.core.precision import float64
 from headspec.core.quadrature import Quadrature
 from headspec.core.shadows import head_constants, independent_mean, symmetric_mean, token_laws
@@ -176,7 +178,7 @@ def _integrand(s0: Array, nz: _Noise, activation: Activation):
     return jnp.sum(g[iu] * g[ju], 1), g, r  # (P, c), (H, L, c), (L, c)
 
 
-def _per_sample(s0, nz: _Noise, sh, si, b, theta, activation, grad: bool, with_theta: bool):
+def _per_sample(s0, nz: _Noise, sh, si, b, theta, *, activation, grad: bool, with_theta: bool):
     """Integrand and controls for one atom, hidden scores s0 (H, c): T's upper triangle (P, c)
     and the controls (q, c): if ``grad``, [ℓ, Σ g λᵀ (H²), Σ g (H), (g_0 θᵀ (H·F))]; then the
     symmetric shadow (1) and the independent shadow (P), where ``sh``/``si`` (the shadows'
@@ -228,9 +230,9 @@ class RiskGradient(NamedTuple):
     R_b: Array  # (H,)
 
 
-def _risk_gradient(M, Q, b, activation, law, L: int, quad) -> RiskGradient:
+def _risk_gradient(M, Q, b, model: Model, quad) -> RiskGradient:
     v, (gM, gQ, gb) = jax.value_and_grad(
-        lambda M, Q, b: exact_risk(M, Q, b, activation, law, L, quad).mean, (0, 1, 2)
+        lambda M, Q, b: exact_risk(M, Q, b, model, quad).mean, (0, 1, 2)
     )(M, Q, b)
     return RiskGradient(v, gM, gQ, gb)
 
@@ -239,10 +241,10 @@ _risk_gradient_jit = eqx.filter_jit(_risk_gradient)
 
 
 @float64
-def risk_gradient(M, Q, b, activation, law, L: int, quad: Quadrature = Quadrature()):
+def risk_gradient(M, Q, b, model: Model, quad: Quadrature = Quadrature()):
     """The exact R and ∇R at (M, Q, b) (:func:`headspec.core.exact.exact_risk`)."""
     M, Q, b = (jnp.asarray(x, jnp.float64) for x in (M, Q, b))
-    return _risk_gradient_jit(M, Q, b, activation, law, int(L), quad)
+    return _risk_gradient_jit(M, Q, b, model, quad)
 
 
 class Eta2(NamedTuple):
@@ -277,7 +279,8 @@ def _control_means(M, Q, grad: RiskGradient | None, t_sym, t_ind, with_theta: bo
 
 
 @eqx.filter_jit
-def _eta2(M, Q, b, grad, activation, law, samples: ScoreSamples, controls, quad, tol):
+def _eta2(M, Q, b, grad, model: Model, samples: ScoreSamples, *, controls, quad, tol):
+    activation, law = model.activation, model.law
     H = M.shape[0]
     mh, Ch, thetas, wts = token_laws(M, Q, b, law)
     with_theta = not isinstance(law, Gaussian)
@@ -304,7 +307,8 @@ def _eta2(M, Q, b, grad, activation, law, samples: ScoreSamples, controls, quad,
         def atom(m, th):
             si = (y0 + m[:, None], ni) if ind else None
             s0 = x0 + m[:, None]  # (H, c)
-            return _per_sample(s0, nz, sh, si, b, th, activation, use_g, with_theta)
+            return _per_sample(s0, nz, sh, si, b, th, activation=activation, grad=use_g,
+                               with_theta=with_theta)  # fmt: skip
 
         T, X = jax.vmap(atom)(mh, thetas)  # (J, P, c), (J, q, c)
         return jnp.tensordot(wts, T, 1), jnp.tensordot(wts, X, 1)  # (P, c), (q, c)
@@ -323,10 +327,10 @@ def _eta2(M, Q, b, grad, activation, law, samples: ScoreSamples, controls, quad,
     Cxx, Cxy, Cyy = Xc @ Xc.T / n, Xc @ Tc.T / n, jnp.mean(Tc**2, -1)  # (q, q), (q, P), (P,)
     if controls:
         if use_g and grad is None:
-            grad = _risk_gradient(M, Q, b, activation, law, L, quad)
+            grad = _risk_gradient(M, Q, b, model, quad)
         grad = grad if use_g else None
-        t_sym = symmetric_mean(M, Q, b, activation, law, L, quad) if sym else None
-        t_ind = independent_mean(M, Q, b, activation, law, L, quad) if ind else None
+        t_sym = symmetric_mean(M, Q, b, model, quad) if sym else None
+        t_ind = independent_mean(M, Q, b, model, quad) if ind else None
         mu, scale = _control_means(M, Q, grad, t_sym, t_ind, with_theta)  # (q,) ×2
         tol = tol * scale  # (q,)
         # β minimises the variance of the mean, Var(y − βX)/n, plus the squared bias that the
@@ -356,11 +360,11 @@ def _eta2(M, Q, b, grad, activation, law, samples: ScoreSamples, controls, quad,
 
 
 def eta2_traced(
-    M, Q, b, grad: RiskGradient, activation, law, samples: ScoreSamples, quad, mean_tol
+    M, Q, b, grad: RiskGradient, model: Model, samples: ScoreSamples, *, quad, mean_tol
 ) -> Eta2:
     """:func:`eta2_term` with every control, inside traced code (the exact drift's η² term):
     float64 arrays in, ``grad`` required (the caller has it), no checks."""
-    return _eta2(M, Q, b, grad, activation, law, samples, CONTROLS, quad, mean_tol)
+    return _eta2(M, Q, b, grad, model, samples, controls=CONTROLS, quad=quad, tol=mean_tol)
 
 
 @float64
@@ -368,9 +372,9 @@ def eta2_term(
     M: Array,
     Q: Array,
     b: Array,
-    activation: Activation,
-    law: LatentLaw,
+    model: Model,
     samples: ScoreSamples,
+    *,
     grad: RiskGradient | None = None,
     controls: tuple[str, ...] = CONTROLS,
     quad: Quadrature = Quadrature(),
@@ -378,7 +382,8 @@ def eta2_term(
 ) -> Eta2:
     """T = E[Σ_l g_l g_lᵀ] (H, H) at (M, Q, b) and its standard error.
 
-    ``samples``: :class:`ScoreSamples` for L tokens and H heads (RQMC replicates or plain MC).
+    ``samples``: :class:`ScoreSamples` for the ``model``'s L tokens and H heads (RQMC replicates
+    or plain MC).
     ``controls``: which control variates to use (``()``: none): "gradient" — ℓ, Σ g λᵀ, Σ g,
     g_0 θᵀ, whose means need R and ∇R: pass ``grad`` from :func:`risk_gradient` when the caller
     has it (the exact drift does), else it is computed here (one exact value-and-gradient, the
@@ -394,13 +399,15 @@ def eta2_term(
     and ``mean_tol`` are traced.
     """
     M, Q, b = (jnp.asarray(x, jnp.float64) for x in (M, Q, b))
-    Hs = samples.z.shape[3]
+    Ls, Hs = samples.z.shape[2:4]
     if Hs != M.shape[0]:
         raise ValueError(f"samples are for H = {Hs} heads, M has {M.shape[0]}")
+    if Ls != model.L:
+        raise ValueError(f"samples are for L = {Ls} tokens, the model has L = {model.L}")
     if grad is not None:
         grad = RiskGradient(*(jnp.asarray(x, jnp.float64) for x in grad))
     tol = jnp.asarray(mean_tol, jnp.float64)
     if isinstance(controls, str) or set(controls) - set(CONTROLS):
         raise ValueError(f"controls: a tuple of {CONTROLS}, got {controls!r}")
     controls = tuple(c for c in CONTROLS if c in controls)  # canonical order: one compilation
-    return _eta2(M, Q, b, grad, activation, law, samples, controls, quad, tol)
+    return _eta2(M, Q, b, grad, model, samples, controls=controls, quad=quad, tol=tol)

@@ -123,14 +123,13 @@ def _reduced_terms(x, sizes, F, problem: DriftProblem, linear=True):
     base = problem.base
     L = base.nu.shape[1]
     hot = jax.nn.one_hot(0, L, dtype=base.nu.dtype)[None, :, None]  # hidden token at l = 0
-    act, lr, lr_b, eta2 = problem.activation, problem.lr, problem.lr_b, problem.eta2
 
     def per_theta(theta):  # θ (n, F) → (n, p)
         nu = base.nu + hot * theta[:, None, :]  # (n, L, F)
         lam = jnp.einsum("nlf,gf->ngl", nu, M) + jnp.einsum("nlk,gk->ngl", base.xi[..., :G], W)
 
         def one(lam_g, nu_):  # (G, L), (L, F)
-            psi = drift_integrand(lam_g[idx], nu_, b[idx], act, lr, lr_b, eta2, linear)
+            psi = drift_integrand(lam_g[idx], nu_, b[idx], problem, linear=linear)
             return _reduce_flat(psi, sizes, len(idx), F)
 
         return jax.vmap(one)(lam, nu)

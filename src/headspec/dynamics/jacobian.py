@@ -74,26 +74,27 @@ class Jacobian(NamedTuple):
     accuracy: float = 0.0  # absolute accuracy of J's entries beyond J_se (the exact method's)
 
 
-def drift_integrand(lam, nu, b, activation, lr, lr_b, eta2, linear=True):
+def drift_integrand(lam, nu, b, problem: DriftProblem, *, linear: bool = True):
     """Per-sample drift ψ (P,) from λ (H, L), ν (L, F) and b (H,): the integrand of SPEC §5's
-    dM, dQ, db (flat as :func:`headspec.dynamics.problem.flatten`), with g = ∂ℓ/∂s by
-    ``jax.grad``; ``linear=False`` keeps only the η² term η² Σ_l g_l g_lᵀ (what the exact method
-    samples)."""
-    g = jax.grad(sample_loss)(lam + b[:, None], activation)  # (H, L) = ∂ℓ/∂s
+    dM, dQ, db (flat as :func:`headspec.dynamics.problem.flatten`) of ``problem``'s activation,
+    learning rates and η² switch, with g = ∂ℓ/∂s by ``jax.grad``; ``linear=False`` keeps only
+    the η² term η² Σ_l g_l g_lᵀ (what the exact method samples)."""
+    lr, lr_b = problem.lr, problem.lr_b
+    g = jax.grad(sample_loss)(lam + b[:, None], problem.activation)  # (H, L) = ∂ℓ/∂s
     if not linear:
         H, F = g.shape[0], nu.shape[1]
         zero = jnp.zeros
         return flatten(OrderParameters(zero((H, F), g.dtype), lr**2 * (g @ g.T), zero(H, g.dtype)))
     terms = SampleTerms(jnp.zeros((), g.dtype), g @ nu, g @ lam.T, g @ g.T, g.sum(-1))
-    return flatten(increment(terms, lr, lr_b, eta2))
+    return flatten(increment(terms, lr, lr_b, problem.eta2))
 
 
-def _sample_terms(lam, nu, b, activation, lr, lr_b, eta2, linear):
+def _sample_terms(lam, nu, b, problem: DriftProblem, linear: bool):
     """For one sample: ψ (P,), G = Σ_l ∂ψ/∂λ_l ν_lᵀ (P, H, F), T = Σ_l ∂²ψ/∂λ_l² (P, H, H) and
     ∂ψ/∂b (P, H)."""
 
     def psi(lam, b):
-        return drift_integrand(lam, nu, b, activation, lr, lr_b, eta2, linear)
+        return drift_integrand(lam, nu, b, problem, linear=linear)
 
     value = psi(lam, b)
     J_lam, J_b = jax.jacfwd(psi, argnums=(0, 1))(lam, b)  # (P, H, L), (P, H)
@@ -107,11 +108,9 @@ def _sample_terms(lam, nu, b, activation, lr, lr_b, eta2, linear):
 
 
 @eqx.filter_jit
-def _chunk_terms(lam, nu, b, activation, lr, lr_b, eta2, linear):
+def _chunk_terms(lam, nu, b, problem: DriftProblem, linear: bool):
     """:func:`_sample_terms` over a chunk of samples, compiled once per shape and setting."""
-    return jax.vmap(lambda la, nu_: _sample_terms(la, nu_, b, activation, lr, lr_b, eta2, linear))(
-        lam, nu
-    )
+    return jax.vmap(lambda la, nu_: _sample_terms(la, nu_, b, problem, linear))(lam, nu)
 
 
 @eqx.filter_jit
@@ -151,15 +150,14 @@ def drift_jacobian(
         samples = J[None] if keep_samples else None
         acc = problem.method.jacobian_accuracy
         return Jacobian(value, J, zeros(value), zeros(J), samples, acc)
-    base, act, law = problem.base, problem.activation, problem.law
-    lr, lr_b, eta2 = problem.lr, problem.lr_b, problem.eta2
+    base, law = problem.base, problem.law
     S = psd_root(Q - M @ M.T)  # (H, H): only to draw λ; never differentiated
 
     def per_sample(theta):  # θ (n, F) → per-sample (ψ, G, T, ∂ψ/∂b), each with leading n
         nu, lam = token_projections(M, S, theta, base)  # (n, L, F), (n, H, L)
         n = nu.shape[0]
         parts = [
-            _chunk_terms(lam[i : i + chunk], nu[i : i + chunk], b, act, lr, lr_b, eta2, not exact)
+            _chunk_terms(lam[i : i + chunk], nu[i : i + chunk], b, problem, not exact)
             for i in range(0, n, chunk)
         ]
         return jax.tree.map(lambda *x: jnp.concatenate(x), *parts)

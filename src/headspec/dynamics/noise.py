@@ -145,6 +145,7 @@ def _increments(
     problem: DriftProblem,
     theta,
     base,
+    *,
     eta,
     eta_b,
     gram: FiniteGram | None,
@@ -202,6 +203,7 @@ def increment_moments(
     state: OrderParameters,
     problem: DriftProblem,
     factor=1.0,
+    *,
     gram: FiniteGram | None = None,
     resampled=None,
     orbit: int = 1,
@@ -236,9 +238,11 @@ def increment_moments(
         raise ValueError("an exact mean has no sampling noise to take out: use fixed samples")
     if exact and not problem.eta2:  # ψ always has the η² term; f would lack it
         raise ValueError("an exact mean needs the problem's η² term (eta2=True), as ψ has it")
-    psi = jax.vmap(lambda th: _increments(state, problem, th, base, eta, eta_b, gram, exact))(
-        points
-    )  # (A, n, d), or a pair of them with an exact mean
+    psi = jax.vmap(
+        lambda th: _increments(
+            state, problem, th, base, eta=eta, eta_b=eta_b, gram=gram, with_limit=exact
+        )
+    )(points)  # (A, n, d), or a pair of them with an exact mean
     if exact:  # control variate of mean f: the samples give only E(ψ_D − control)
         psi, control = psi
         f = flat_sym(problem.field_at(state, factor))  # (d,)

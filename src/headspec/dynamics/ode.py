@@ -35,7 +35,7 @@ from headspec.core.attention import Activation
 from headspec.core.latent import LatentLaw
 from headspec.core.linalg import eigvalsh
 from headspec.core.observables import BaseSamples, Observation, population_risk
-from headspec.core.precision import float64
+from headspec.core.precision import float64, float64_context
 from headspec.dynamics.problem import (
     Drift,
     DriftProblem,
@@ -47,11 +47,32 @@ from headspec.dynamics.problem import (
 )
 
 __all__ = [
-    "Drift", "DriftProblem", "Exact", "OrderParameters", "Sampled", "drift_and_jacobian",
-    "flatten", "integrate", "unflatten",
+    "Drift", "DriftProblem", "Exact", "OrderParameters", "Sampled", "Solver",
+    "drift_and_jacobian", "flatten", "integrate", "unflatten",
 ]  # fmt: skip
 
 Array = jax.Array
+
+
+def _tolerance(x) -> Array:
+    with float64_context():
+        return jnp.asarray(x, jnp.float64)
+
+
+class Solver(eqx.Module):
+    """How the ODE is stepped: diffrax's Tsit5 with a PID step-size controller at ``rtol`` and
+    ``atol`` (traced: other tolerances reuse the compiled programs) and at most ``max_steps``
+    steps per solve (static). A seed whose solve runs out of steps, or whose state stops being
+    finite, is marked failed at the grid point before."""
+
+    rtol: Array = eqx.field(converter=_tolerance, default=1e-5)
+    atol: Array = eqx.field(converter=_tolerance, default=1e-7)
+    max_steps: int = eqx.field(static=True, default=100_000)
+
+    def controller(self):
+        import diffrax
+
+        return diffrax.PIDController(rtol=self.rtol, atol=self.atol)
 
 
 @float64
@@ -95,7 +116,7 @@ def _rhs(t, y, args):
     return problem.field_at(OrderParameters(*y), schedule(t))
 
 
-def _solve(y, t0, t1, saveat, args, rtol, atol, max_steps):
+def _solve(y, t0, t1, saveat, args, solver: Solver):
     """One seed's diffrax solve of the drift from t0 to t1 (Tsit5, PID steps, no throw)."""
     import diffrax
 
@@ -108,19 +129,19 @@ def _solve(y, t0, t1, saveat, args, rtol, atol, max_steps):
         y,
         args=args,
         saveat=saveat,
-        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
-        max_steps=max_steps,
+        stepsize_controller=solver.controller(),
+        max_steps=solver.max_steps,
         throw=False,
     )
 
 
 @eqx.filter_jit
-def _segment(y, t0, t1, args, rtol, atol, max_steps):
+def _segment(y, t0, t1, args, solver: Solver):
     """Integrate every seed's state from t0 to t1 (vmap over seeds); returns state, ok, steps."""
     import diffrax
 
     def one(y):
-        sol = _solve(y, t0, t1, diffrax.SaveAt(t1=True), args, rtol, atol, max_steps)
+        sol = _solve(y, t0, t1, diffrax.SaveAt(t1=True), args, solver)
         last = jax.tree.map(lambda x: x[-1], sol.ys)
         ok = (sol.result == diffrax.RESULTS.successful) & jnp.all(
             jnp.isfinite(flatten(OrderParameters(*last)))
@@ -133,7 +154,7 @@ def _segment(y, t0, t1, args, rtol, atol, max_steps):
 CHUNKS = 8  # the exact method's grid is integrated in this many solves (progress between them)
 
 
-def _integrate_in_chunks(y0, ts, args, rtol, atol, max_steps, fail_t, record) -> int:
+def _integrate_in_chunks(y0, ts, args, solver: Solver, fail_t, record) -> int:
     """The exact method's integration: each seed solved through ``CHUNKS`` stretches of the grid,
     each one diffrax solve that saves at its grid points (padded to one length: one program), so
     the step size carries over between grid points. Per grid point a solver restart costs an
@@ -148,10 +169,7 @@ def _integrate_in_chunks(y0, ts, args, rtol, atol, max_steps, fail_t, record) ->
         chunk = np.asarray(ts[i : i + c], np.float64)
         m = len(chunk)
         padded = np.concatenate([chunk, np.full(c - m, chunk[-1])])  # (c,) non-decreasing
-        ys, ok, nst = _stretch(
-            y, jnp.asarray(ts[i - 1]), jnp.asarray(padded), args,
-            jnp.asarray(rtol), jnp.asarray(atol), max_steps,
-        )  # fmt: skip
+        ys, ok, nst = _stretch(y, jnp.asarray(ts[i - 1]), jnp.asarray(padded), args, solver)
         ok, n_steps = np.asarray(ok), n_steps + int(np.asarray(nst).max())  # ok: (S, c)
         for k in range(m):
             newly = alive & ~ok[:, k]
@@ -163,7 +181,7 @@ def _integrate_in_chunks(y0, ts, args, rtol, atol, max_steps, fail_t, record) ->
 
 
 @eqx.filter_jit
-def _stretch(y, t0, ts, args, rtol, atol, max_steps):
+def _stretch(y, t0, ts, args, solver: Solver):
     """Every seed's state at the times ``ts`` (c,) from t0, one seed after another, each with
     its own adaptive steps (vmapped, every seed would take as many steps as the slowest; with
     the exact drift both cost the same, measured: H = 2, 4 seeds); returns states with a time
@@ -171,7 +189,7 @@ def _stretch(y, t0, ts, args, rtol, atol, max_steps):
     import diffrax
 
     def one(y):
-        sol = _solve(y, t0, ts[-1], diffrax.SaveAt(ts=ts), args, rtol, atol, max_steps)
+        sol = _solve(y, t0, ts[-1], diffrax.SaveAt(ts=ts), args, solver)
         flat = jax.vmap(lambda *a: flatten(OrderParameters(*a)))(*sol.ys)  # (c, P)
         ok = jnp.all(jnp.isfinite(flat), axis=1)  # (c,) times not reached are saved as inf
         return sol.ys, ok, sol.stats["num_steps"]
@@ -199,13 +217,13 @@ def integrate(
     problem: DriftProblem,
     risk_base: BaseSamples,
     schedule: Callable,
-    rtol: float = 1e-5,
-    atol: float = 1e-7,
-    max_steps: int = 100_000,
+    *,
+    solver: Solver | None = None,
     progress: Callable[[float, float], None] | None = None,
 ) -> tuple[list[Observation], np.ndarray, int]:
     """Integrate every initial state of ``y0`` (leading seed axis) along the grid ``ts``: the
-    drift of ``problem`` at learning rates η·schedule(t).
+    drift of ``problem`` at learning rates η·schedule(t), stepped by ``solver`` (default
+    :class:`Solver`: rtol 1e-5, atol 1e-7, 100 000 steps).
 
     Returns the observations at each grid point (NumPy; the risk on ``risk_base``, no held-out
     loss), each seed's failure time (NaN if none: the solver failed or the state became
@@ -216,6 +234,7 @@ def integrate(
     law = problem.law
     J = law.n_atoms
     args = (problem, schedule)
+    solver = Solver() if solver is None else solver
     fail_t = np.full(S, np.nan)
     obs = []
 
@@ -239,17 +258,15 @@ def integrate(
             progress(float(t), float(ts[-1]))
 
     if isinstance(problem.method, Exact):
-        n_steps = _integrate_in_chunks(y0, ts, args, rtol, atol, max_steps, fail_t, record)
+        n_steps = _integrate_in_chunks(y0, ts, args, solver, fail_t, record)
         return obs, fail_t, n_steps
     y = y0
     alive = np.ones(S, bool)
     n_steps = 0
     for k, t in enumerate(ts):
         if k > 0:
-            y_new, ok, nst = _segment(  # times as arrays: one compilation for all segments
-                y, jnp.asarray(ts[k - 1]), jnp.asarray(t), args,
-                jnp.asarray(rtol), jnp.asarray(atol), max_steps,
-            )  # fmt: skip
+            # times as arrays: one compilation for all segments
+            y_new, ok, nst = _segment(y, jnp.asarray(ts[k - 1]), jnp.asarray(t), args, solver)
             ok = np.asarray(ok)
             n_steps += int(np.asarray(nst).max())
             newly = alive & ~ok

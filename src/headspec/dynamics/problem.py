@@ -1,6 +1,7 @@
 """The drift problem: what the order-parameter vector field of SPEC §5 needs besides the state.
 
-A :class:`DriftProblem` holds the activation, the latent law, L, the learning rates (traced: any
+A :class:`DriftProblem` holds the model (:class:`~headspec.core.model.Model`: the activation, the
+latent law and L), the learning rates (traced: any
 η reuses the compiled programs), whether the η² term is kept, and the *method* that evaluates the
 expectations — one strategy object, so the drift, its Jacobian, the fixed points, the saddles and
 the diffusion engine's moments all go through the same code:
@@ -33,8 +34,10 @@ Example:
     >>> law = Spike([2.0])
     >>> base = BaseSamples.sobol(0, law, L=10, H=1, n=4096)
     >>> at = OrderParameters(M=jnp.array([[0.5]]), Q=jnp.array([[0.5]]), b=jnp.zeros(1))
-    >>> sampled = DriftProblem(Softmax(), law, L=10, lr=1.0, method=Sampled(base))
-    >>> exact = DriftProblem(Softmax(), law, L=10, lr=1.0, method=Exact(base))
+    >>> from headspec.core.model import Model
+    >>> model = Model(Softmax(), law, L=10)
+    >>> sampled = DriftProblem(model, lr=1.0, method=Sampled(base))
+    >>> exact = DriftProblem(model, lr=1.0, method=Exact(base))
     >>> d_s, d_e = sampled.drift(at), exact.drift(at)
     >>> bool(abs(d_s.dM[0, 0] - d_e.dM[0, 0]) < 3 * d_s.dM_se[0, 0])   # same drift, two routes
     True
@@ -56,6 +59,7 @@ from headspec.core.attention import Activation
 from headspec.core.exact import Quadrature, exact_risk
 from headspec.core.latent import LatentLaw
 from headspec.core.linalg import psd_root
+from headspec.core.model import Model
 from headspec.core.observables import (
     BaseSamples,
     RiskEstimate,
@@ -279,7 +283,7 @@ class Exact(Method):
         """R and (R_M, R_Q, R_b) by quadrature (Q's entries as independent coordinates)."""
 
         def R(M, Q, b):
-            return exact_risk(M, Q, b, problem.activation, problem.law, problem.L, self.quad).mean
+            return exact_risk(M, Q, b, problem.model, self.quad).mean
 
         R, (R_M, R_Q, R_b) = jax.value_and_grad(R, argnums=(0, 1, 2))(*state)
         return RiskGradient(R, R_M, R_Q, R_b)
@@ -301,8 +305,8 @@ class Exact(Method):
                 M, Q, b = _roll(state.M, c), _roll(state.Q, c, 2), _roll(state.b, c)
                 g = RiskGradient(grad.R, _roll(grad.R_M, c), _roll(grad.R_Q, c, 2),
                                  _roll(grad.R_b, c))  # fmt: skip
-                est = eta2_traced(M, Q, b, g, problem.activation, problem.law, self.scores,
-                                  self.quad, tol)  # fmt: skip
+                est = eta2_traced(M, Q, b, g, problem.model, self.scores, quad=self.quad,
+                                  mean_tol=tol)  # fmt: skip
                 return _roll(est.mean, -c, 2), _roll(est.se, -c, 2)  # (H, H) ×2
 
             # symmetric: the state is invariant, so every relabelled estimate is the same one,
@@ -378,22 +382,22 @@ def _rate(x) -> Array:
 
 
 class DriftProblem(eqx.Module):
-    """The vector field of SPEC §5 for one activation, law and L, learning rates η, η_b (traced),
-    with or without the η² term, evaluated by ``method`` (:class:`Sampled` or :class:`Exact`).
-    ``lr_b`` defaults to ``lr``."""
+    """The vector field of SPEC §5 for one ``model`` (activation, law, L), learning rates η, η_b
+    (traced), with or without the η² term, evaluated by ``method`` (:class:`Sampled` or
+    :class:`Exact`). ``lr_b`` defaults to ``lr``."""
 
-    activation: Activation
-    law: LatentLaw
-    L: int = eqx.field(static=True)
+    model: Model
     lr: Array = eqx.field(converter=_rate)
     lr_b: Array = eqx.field(converter=_rate)
     method: Method
     eta2: bool = eqx.field(static=True)
 
-    def __init__(self, activation, law, L, lr=1.0, lr_b=None, method=None, eta2=True):
+    def __init__(self, model: Model, lr=1.0, lr_b=None, method=None, eta2=True):
+        if not isinstance(model, Model):
+            raise TypeError(f"model: a headspec.core.model.Model, got {type(model).__name__}")
         if method is None:
             raise ValueError("give a method: Sampled(base) or Exact(base)")
-        self.activation, self.law, self.L = activation, law, int(L)
+        self.model = model
         self.lr = lr
         self.lr_b = lr if lr_b is None else lr_b
         self.method, self.eta2 = method, bool(eta2)
@@ -401,7 +405,19 @@ class DriftProblem(eqx.Module):
     @classmethod
     def sampled(cls, activation, law, base: BaseSamples, lr=1.0, lr_b=None, eta2=True):
         """The problem with every expectation averaged over ``base`` (L from its shape)."""
-        return cls(activation, law, base.nu.shape[1], lr, lr_b, Sampled(base), eta2)
+        return cls(Model(activation, law, base.nu.shape[1]), lr, lr_b, Sampled(base), eta2)
+
+    @property
+    def activation(self) -> Activation:
+        return self.model.activation
+
+    @property
+    def law(self) -> LatentLaw:
+        return self.model.law
+
+    @property
+    def L(self) -> int:
+        return self.model.L
 
     @property
     def base(self) -> BaseSamples:
@@ -460,7 +476,7 @@ def _drift(problem: DriftProblem, state: OrderParameters, factor) -> Drift:
 def _risk(problem: DriftProblem, state: OrderParameters) -> RiskEstimate:
     M, Q, b = state
     if isinstance(problem.method, Exact):
-        r = exact_risk(M, Q, b, problem.activation, problem.law, problem.L, problem.method.quad)
+        r = exact_risk(M, Q, b, problem.model, problem.method.quad)
         return RiskEstimate(r.mean, jnp.zeros_like(r.mean), r.by_atom)
     base = problem.base
     H, k = M.shape[0], base.xi.shape[-1]

@@ -67,8 +67,9 @@ def _risk(lam, weights, b, activation: Activation, heads) -> float:
 
 @float64
 def prune_path(
-    M, Q, b, activation: Activation, law: LatentLaw, base: BaseSamples, order="greedy", key=None
-) -> dict:
+    M, Q, b, activation: Activation, law: LatentLaw, base: BaseSamples, *, order="greedy",
+    key=None,
+) -> dict:  # fmt: skip
     """Risk for every number of remaining heads H, H−1, …, 0 along a removal order.
 
     ``order``: "greedy" (fewest harm first) or "random" (a permutation drawn from ``key``).

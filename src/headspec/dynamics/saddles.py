@@ -196,6 +196,7 @@ def saddle_chain(
     states: OrderParameters,
     problem: DriftProblem,
     schedule: Schedule | None = None,
+    *,
     group_cos: float = 0.98,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[Saddle]:

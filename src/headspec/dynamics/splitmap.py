@@ -40,7 +40,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -244,7 +243,7 @@ def at_setting(
         )
     dirs = np.asarray(directions, np.float64)
     f = float(amplitude) / float(np.linalg.norm(dirs[0]))
-    at = dataclasses.replace(problem, law=eqx.tree_at(lambda w: w.atoms, law, law.atoms * f))
+    at = eqx.tree_at(lambda p: p.model.law.atoms, problem, law.atoms * f)
     q = at.linear().with_lr(1.0) if eta == 0 else at.with_lr(float(eta))
     return q, dirs * f
 
@@ -295,6 +294,7 @@ def locate_boundary(
     sizes: Sequence[int],
     low: float,
     high: float,
+    *,
     eta: float,
     tol: float = 0.05,
     progress: Callable[[float, SplitPoint], None] | None = None,
@@ -378,6 +378,7 @@ def excursion(
     problem: DriftProblem,
     point: SplitPoint,
     directions: np.ndarray,
+    *,
     eps: float = 1e-3,
     T: float | None = None,
     points: int = 40,
@@ -393,7 +394,7 @@ def excursion(
     A saddle's excursion tells where the heads go (the end split) and what it costs (the bump
     ``max_risk − start_risk``); from a stable point both sides come back (end split = start)."""
     from headspec.core.schedules import Constant
-    from headspec.dynamics.ode import integrate
+    from headspec.dynamics.ode import Solver, integrate
 
     if point.state is None or point.lead_vector is None:
         raise ValueError(f"split {point.split} has no fixed point (or no mode) to start from; "
@@ -403,7 +404,7 @@ def excursion(
     ts = np.concatenate([[0.0], np.geomspace(min(1.0, T / 10), T, points)])
     starts = [_nudge(point.state, point.lead_vector, s * eps) for s in (1.0, -1.0)]
     y0 = OrderParameters(*(jnp.stack([jnp.asarray(st[k]) for st in starts]) for k in range(3)))
-    obs, fail_t, _ = integrate(y0, ts, problem, problem.base, Constant(), 1e-6, 1e-8)
+    obs, fail_t, _ = integrate(y0, ts, problem, problem.base, Constant(), solver=Solver(1e-6, 1e-8))
     dirs = np.asarray(directions, np.float64)
     out = []
     for s, sign in enumerate((1, -1)):

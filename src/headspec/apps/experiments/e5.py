@@ -93,7 +93,7 @@ def _atom_scale(ds, n: int) -> tuple[float, dict]:
     law = law_of(ds)
     c = constructed_bayes_softmax(law)
     base = build.risk_base(cfg.record, law, cfg.task.L, c.n_heads, n)
-    path = prune_path(c.M, c.Q, c.b, c.activation, law, base, "greedy")
+    path = prune_path(c.M, c.Q, c.b, c.activation, law, base, order="greedy")
     r = np.asarray(path["risk"])
     return float(r[1] - r[0]), path
 

@@ -1,10 +1,10 @@
 """The abstract engine, and the SGD engines' one update rule, divergence rule and loop (SPEC §4).
 
-An :class:`Engine` holds everything a run needs that is not state (law, sizes, activation,
-learning rates, schedule) and says how to start (``init``), how to move every seed from one step
-to a later one (``advance``) and what to record (``observe``); :func:`run` walks any engine along
-the recording grid. Steps count SGD steps, t = step·B/D, whatever the engine: the diffusion
-engine (:mod:`.diffusion`) integrates an SDE in t between the same grid points.
+An :class:`Engine` holds everything a run needs that is not state (the model — activation, law,
+L —, sizes, learning rates, schedule) and says how to start (``init``), how to move every seed
+from one step to a later one (``advance``) and what to record (``observe``); :func:`run` walks
+any engine along the recording grid. Steps count SGD steps, t = step·B/D, whatever the engine:
+the diffusion engine (:mod:`.diffusion`) integrates an SDE in t between the same grid points.
 
 An :class:`SGDEngine` trains by online SGD. Concrete SGD engines say how a step's random numbers
 are drawn, how the loss of a step is computed from them, and how (M, Q) are read off the state;
@@ -39,6 +39,7 @@ import numpy as np
 from headspec.core.attention import Activation
 from headspec.core.latent import LatentLaw
 from headspec.core.linalg import bartlett, cholesky, psd_root
+from headspec.core.model import Model
 from headspec.core.observables import BaseSamples, Observation
 from headspec.core.precision import float64, float64_context
 
@@ -85,12 +86,10 @@ class SGDState(NamedTuple):
 
 
 class Engine(eqx.Module):
-    """How a run of multi-head attention training evolves: the problem, the learning rates and
-    the schedule; subclasses say how to start, advance and observe every seed."""
+    """How a run of multi-head attention training evolves: the model, the sizes, the learning
+    rates and the schedule; subclasses say how to start, advance and observe every seed."""
 
-    law: LatentLaw
-    activation: Activation
-    L: int = eqx.field(static=True)
+    model: Model  # the activation, the latent law and L
     D: Array = eqx.field(converter=dimension)  # () traced: another D compiles nothing new
     H: int = eqx.field(static=True)
     B: int = eqx.field(static=True)
@@ -100,6 +99,18 @@ class Engine(eqx.Module):
     frame_kind: str = eqx.field(static=True, default="random")  # K*: "random" | "canonical"
 
     name: ClassVar[str]
+
+    @property
+    def law(self) -> LatentLaw:
+        return self.model.law
+
+    @property
+    def activation(self) -> Activation:
+        return self.model.activation
+
+    @property
+    def L(self) -> int:
+        return self.model.L
 
     @property
     def dim(self) -> int:
@@ -221,6 +232,7 @@ def run(
     train_keys: Array,
     steps: np.ndarray,
     base: BaseSamples,
+    *,
     test=None,
     progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[Observation], object]:

@@ -78,7 +78,8 @@ Example:
     >>> from headspec.dynamics.noise import gram_rest
     >>> law, L, H, D = Spike([2.0]), 4, 2, 10**9
     >>> base = BaseSamples.draw(jax.random.key(1), law, L=L, H=H, n=512)
-    >>> eng = DiffusionEngine(law=law, activation=Softmax(), L=L, D=D, H=H, B=1,
+    >>> from headspec.core.model import Model
+    >>> eng = DiffusionEngine(model=Model(Softmax(), law, L), D=D, H=H, B=1,
     ...                       lr=jnp.asarray(1.0), lr_b=jnp.asarray(1.0), schedule=Constant(),
     ...                       base=base, gram=gram_rest(jax.random.key(2), 512, L, D, law.F + H),
     ...                       dt=0.1, horizon=1.0)
@@ -205,8 +206,7 @@ class DiffusionEngine(Engine):
         if self.exact is None:
             problem = DriftProblem.sampled(self.activation, self.law, self.base, self.lr, self.lr_b)
         else:
-            problem = DriftProblem(self.activation, self.law, self.L, self.lr, self.lr_b,
-                                   self.exact)  # fmt: skip
+            problem = DriftProblem(self.model, self.lr, self.lr_b, self.exact)
 
         inv_D = self.noise_factor**2 / jnp.asarray(self.D, jnp.float64)
 
@@ -215,7 +215,7 @@ class DiffusionEngine(Engine):
             st = OrderParameters(M, C + M @ M.T, bias)
             b = self._fresh_base(sample_key, t) if self.resample else self.base
             m = increment_moments(
-                st, problem, self.schedule(t), self.gram,
+                st, problem, self.schedule(t), gram=self.gram,
                 resampled=self.D * self.dt if self.resample else None, orbit=self.orbit, base=b,
             )  # fmt: skip
             to_c = functools.partial(_to_realisable, M=M, H=H, F=F)

@@ -10,7 +10,8 @@ Example:
     >>> from headspec.core.latent import Spike
     >>> from headspec.core.attention import Softmax
     >>> from headspec.core.schedules import Constant
-    >>> eng = FullEngine(law=Spike([2.0]), activation=Softmax(), L=4, D=50, H=2, B=1,
+    >>> from headspec.core.model import Model
+    >>> eng = FullEngine(model=Model(Softmax(), Spike([2.0]), L=4), D=50, H=2, B=1,
     ...                  lr=jnp.asarray(1.0), lr_b=jnp.asarray(1.0), schedule=Constant())
     >>> keys = seed_keys([0, 1])
     >>> state = eng.init(keys, sigma0=0.1, b0=0.0, dtype=jnp.float32)
