@@ -59,7 +59,7 @@ def plateau():
 
 @eqx.filter_jit
 def _mean(problem, gram, X):
-    return increment_moments(X, problem, 1.0, gram).mean  # (d,)
+    return increment_moments(X, problem, 1.0, gram=gram).mean  # (d,)
 
 
 def setup(route: str, n: int, seed: int, D: int, law, act):
