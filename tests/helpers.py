@@ -84,3 +84,17 @@ def synthetic_splits(cfg):
             kind = "minimum" if a >= 2.5 else "saddle"
             pts.append(synthetic_split(sizes, kind, -0.001 if a >= 2.5 else 0.004, 0.12, H))
     return pts, np.array([[a, 0.0], [0.0, a]])
+
+
+def softmax_engine(cls, law, L: int, D, H: int, lr, **given):
+    """An engine of class ``cls`` (FullEngine, ReducedEngine, DiffusionEngine) for softmax heads:
+    batch 1, η = η_b = ``lr``, constant schedule; ``given`` adds the class's own fields."""
+    import jax.numpy as jnp
+
+    from headspec.core.attention import Softmax
+    from headspec.core.model import Model
+    from headspec.core.schedules import Constant
+
+    lr = jnp.asarray(lr)
+    return cls(model=Model(Softmax(), law, L), D=D, H=H, B=1, lr=lr, lr_b=lr,
+               schedule=Constant(), **given)  # fmt: skip

@@ -84,15 +84,13 @@ def test_the_diffusion_step_has_no_host_callback_so_it_can_be_cached():
     callback where there is one (the control)."""
     import os
 
-    from headspec.core.attention import Softmax
     from headspec.core.latent import Discrete
-    from headspec.core.model import Model
     from headspec.core.observables import BaseSamples
     from headspec.core.precision import float64_context
-    from headspec.core.schedules import Constant
     from headspec.dynamics.engines import seed_keys
     from headspec.dynamics.engines.diffusion import DiffusionEngine
     from headspec.dynamics.noise import gram_rest
+    from helpers import softmax_engine
 
     assert os.environ.get("EQX_ON_ERROR") == "nan"
     control = jax.jit(lambda x: jax.pure_callback(np.sin, x, x)).lower(jnp.ones(2))
@@ -100,14 +98,13 @@ def test_the_diffusion_step_has_no_host_callback_so_it_can_be_cached():
 
     law = Discrete(atoms=[[2.0, 0.0], [0.0, 2.0]], probs=[0.6, 0.4])
     L, H, N, D = 4, 2, 16, 100
-    eng = DiffusionEngine(
-        model=Model(Softmax(), law, L),
-        D=D,
-        H=H,
-        B=1,
-        lr=jnp.asarray(1.0),
-        lr_b=jnp.asarray(1.0),
-        schedule=Constant(),
+    eng = softmax_engine(
+        DiffusionEngine,
+        law,
+        L,
+        D,
+        H,
+        1.0,
         base=BaseSamples.draw(jax.random.key(1), law, L=L, H=H, n=N),
         gram=gram_rest(jax.random.key(2), N, L, D, law.F + H),
         dt=0.1,

@@ -38,6 +38,7 @@ from headspec.dynamics.noise import (
     sym_size,
     unflat_sym,
 )
+from helpers import softmax_engine
 
 LAW = Discrete([[2.5, 0.0], [0.0, 2.5]], [0.6, 0.4])
 
@@ -190,15 +191,7 @@ def test_exact_mean_control_variate_has_mean_zero():
 def _sgd_increments(st, law, L, D, lr, n_steps, key):
     """D·(X' − X) for n_steps independent single exact SGD steps (reduced engine) from X."""
     H, F = st.M.shape
-    eng = ReducedEngine(
-        model=Model(Softmax(), law, L),
-        D=D,
-        H=H,
-        B=1,
-        lr=jnp.asarray(lr),
-        lr_b=jnp.asarray(lr),
-        schedule=Constant(),
-    )
+    eng = softmax_engine(ReducedEngine, law, L, D, H, lr)
     W = jnp.linalg.cholesky(D * (st.Q - st.M @ st.M.T))  # (H, H) lower-triangular
     keys0 = jnp.concatenate([jnp.sqrt(D) * st.M, W], axis=1)  # (H, F + H)
     frame = jnp.eye(F, F + H)
@@ -266,19 +259,7 @@ def test_increment_moments_are_those_of_real_sgd_steps():
 
 
 def _engine(D, dt, base, T, law=LAW, H=2, L=10, lr=3.0, **kw):
-    return DiffusionEngine(
-        model=Model(Softmax(), law, L),
-        D=D,
-        H=H,
-        B=1,
-        lr=jnp.asarray(lr),
-        lr_b=jnp.asarray(lr),
-        schedule=Constant(),
-        base=base,
-        dt=dt,
-        horizon=T,
-        **kw,
-    )
+    return softmax_engine(DiffusionEngine, law, L, D, H, lr, base=base, dt=dt, horizon=T, **kw)
 
 
 @pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
@@ -316,9 +297,7 @@ def test_same_seed_same_initial_overlaps_as_the_reduced_engine():
         base = BaseSamples.draw(jax.random.key(0), LAW, 10, 2, 16)
         st = _engine(1000, 0.1, base, 1.0).init(keys, 0.1, 0.0, jnp.float64)
         lr = jnp.asarray(3.0)
-        red = ReducedEngine(
-            model=Model(Softmax(), LAW, 10), D=1000, H=2, B=1, lr=lr, lr_b=lr, schedule=Constant()
-        )
+        red = softmax_engine(ReducedEngine, LAW, 10, 1000, 2, lr)
         M, Q = overlaps(red.init(keys, 0.1, 0.0, jnp.float64), 1000)
         np.testing.assert_allclose(np.asarray(st.M), np.asarray(M), rtol=1e-12)
         np.testing.assert_allclose(np.asarray(st.Q), np.asarray(Q), rtol=1e-12)

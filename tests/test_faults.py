@@ -158,7 +158,7 @@ def test_reproduce_refuses_a_folder_another_reproduce_is_writing(tmp_path):
     with folder_lock(tmp_path, "headspec reproduce or study"):
         with pytest.raises(SweepError, match="another headspec reproduce or study is running"):
             with folder_lock(tmp_path, "headspec reproduce or study"):
-                pass
+                raise AssertionError("a second lock of the same folder was taken")
 
 
 @pytest.mark.slow  # needs root to mount a tmpfs; a few seconds
@@ -206,7 +206,7 @@ def test_a_scheduler_without_workers_is_refused_not_waited_on(monkeypatch):
     with LocalCluster(n_workers=0, processes=False, dashboard_address=None) as lc:
         with pytest.raises(SweepError, match=r"has no workers.*fix: start some"):
             with cluster.dask_client(lc.scheduler_address, timeout=1.0):
-                pass
+                raise AssertionError("a client of a scheduler without workers was handed out")
 
 
 @pytest.mark.parametrize(

@@ -36,14 +36,12 @@ from headspec.conventions.config import (
     load_config,
 )
 from headspec.conventions.refusal import fit_value
-from headspec.core.attention import Softmax
 from headspec.core.latent import Discrete
-from headspec.core.model import Model
 from headspec.core.observables import BaseSamples
-from headspec.core.schedules import Constant
 from headspec.dynamics.engines import seed_keys
 from headspec.dynamics.engines.diffusion import DiffusionEngine
 from headspec.dynamics.noise import gram_rest
+from helpers import softmax_engine
 from results import made_result
 
 runner = CliRunner()
@@ -57,14 +55,13 @@ def _diffusion_states(scale, eta, D, noise_factor=1.0, seeds=(0, 1), dt=0.1):
     law = Discrete(atoms=[[2.0 * scale, 0.0], [0.0, 2.0 * scale]], probs=[0.6, 0.4])
     base = BaseSamples.draw(jax.random.key(1), law, L=L, H=H, n=N)
     gram = gram_rest(jax.random.key(2), N, L, int(D), law.F + H)
-    eng = DiffusionEngine(
-        model=Model(Softmax(), law, L),
-        D=int(D),
-        H=H,
-        B=1,
-        lr=jnp.asarray(eta),
-        lr_b=jnp.asarray(eta),
-        schedule=Constant(),
+    eng = softmax_engine(
+        DiffusionEngine,
+        law,
+        L,
+        int(D),
+        H,
+        eta,
         base=base,
         gram=gram,
         dt=dt,
