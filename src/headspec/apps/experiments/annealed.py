@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from headspec.apps.experiments.base import Context, Run, _fmt
+from headspec.apps.experiments.base import Context, Run, fmt
 from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.apps.experiments.params import Count, Positive, RecipeParams
 
@@ -263,6 +263,6 @@ def overlay_risk(ax, sim, ode, color, label, rb=None):
 def risk_dev_text(dev: dict) -> str:
     r = dev["risk"]
     return (
-        f"max |Δrisk| {100 * r['max_dev']:.1f} % at t = {_fmt(r['t'])}, "
+        f"max |Δrisk| {100 * r['max_dev']:.1f} % at t = {fmt(r['t'])}, "
         f"|ΔM| {dev['M']['max_dev']:.3f}"
     )

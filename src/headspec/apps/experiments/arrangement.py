@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from headspec.apps.experiments.base import _fmt, _mean_se
+from headspec.apps.experiments.base import finite_mean_se, fmt
 from headspec.conventions.runs import config_model
 from headspec.dynamics.splits import UNDECIDED, head_labels, is_even, is_uneven, split_name
 
@@ -82,7 +82,7 @@ def summary(hs: list[dict]) -> dict:
 def moves_text(moves, limit=6) -> str:
     if not moves:
         return "none"
-    txt = "; ".join(f"t={_fmt(m['t'])} {m['from']}→{m['to']} bump {m['bump']:+.4f}"
+    txt = "; ".join(f"t={fmt(m['t'])} {m['from']}→{m['to']} bump {m['bump']:+.4f}"
                     for m in moves[:limit])  # fmt: skip
     return txt + (f"; … ({len(moves)} in all)" if len(moves) > limit else "")
 
@@ -90,7 +90,7 @@ def moves_text(moves, limit=6) -> str:
 def risks_text(xs) -> str:
     if not xs:
         return "–"
-    m, se = _mean_se(xs)
+    m, se = finite_mean_se(xs)
     return f"{m:.4f} ± {se:.4f} (n={len(xs)})"
 
 

@@ -289,16 +289,18 @@ def _reusable(path: Path, cfg) -> Any:
     return ds if stored == cfg.model_dump_json() else None
 
 
-def _fmt(x, digits=3):
+def fmt(x, digits=3) -> str:
+    """``x`` to ``digits`` significant digits (the recipes' notes and claims)."""
     return f"{x:.{digits}g}"
 
 
-def _mean_se(x):
+def finite_mean_se(x):
     """Mean ± s.e. of the finite values (s.e. 0 for a single value: nothing to spread)."""
     m, se = mean_se(np.ravel(x))
     return float(m), float(se) if np.isfinite(se) or not np.isfinite(m) else 0.0
 
 
-def _first_crossing(t, x, level):
+def first_crossing(t, x, level) -> float:
+    """The first time t where ``x`` ≥ ``level`` (NaN if never)."""
     idx = np.flatnonzero(x >= level)
     return float(t[idx[0]]) if idx.size else float("nan")

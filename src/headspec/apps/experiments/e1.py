@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from headspec.apps.experiments.base import Context, Run, _fmt, _mean_se
+from headspec.apps.experiments.base import Context, Run, finite_mean_se, fmt
 from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.apps.experiments.params import Cosine, Count, Fraction, Positive, RecipeParams
 from headspec.apps.experiments.registry import recipe
@@ -102,7 +102,7 @@ def _common_phase(ctx: Context, sim, saddles) -> None:
                   "along E[θ] (its cosine is given), so the threshold sits below it"),
         unit="grid points",
         detail=("never" if k_all.size == 0
-                else f"from t = {_fmt(t[k_all[0]])} (held until t = {_fmt(t[k_all[-1]])})")
+                else f"from t = {fmt(t[k_all[0]])} (held until t = {fmt(t[k_all[-1]])})")
         + f"; largest seed-mean worst-head cosine with K*E[θ] {best:.3f}"
         + (f"; the common fixed point's cosine with K*E[θ] {np.mean(fp_cos):.3f} (saddle theory)"
            if fp_cos else ""),
@@ -129,7 +129,7 @@ def _staggered(ctx: Context, t, ode_t, ts_sim, ts_ode, p) -> None:
     ok = np.isfinite(ts_sim).any(1)
     first = np.where(ok, np.nanmin(np.where(ok[:, None], ts_sim, 0.0), 1), np.nan)
     n_split = int(np.sum(first < T))
-    m, se = _mean_se(first[first < T])
+    m, se = finite_mean_se(first[first < T])
     ctx.claim(Claim(
         "E1.split",
         "Then the heads split and align with latent directions one after another",
@@ -139,10 +139,10 @@ def _staggered(ctx: Context, t, ode_t, ts_sim, ts_ode, p) -> None:
         Tolerance("at_least", len(first), why="every seed must leave the common phase before T "
                   "(T is set to ≈ 2× the median escape time, see the recipe)"),
         unit=f"of {len(first)} seeds",
-        detail=f"first specialisation time t = {_fmt(m)} ± {_fmt(se, 2)} (mean ± s.e.)",
+        detail=f"first specialisation time t = {fmt(m)} ± {fmt(se, 2)} (mean ± s.e.)",
     ))  # fmt: skip
     gap = _gaps(ts_sim)
-    g, gse = _mean_se(gap[np.isfinite(gap)])
+    g, gse = finite_mean_se(gap[np.isfinite(gap)])
     # per seed the record-grid interval at its first specialisation time (log grid)
     k = np.clip(np.searchsorted(t, np.nan_to_num(first, nan=T)), 1, t.size - 1)
     dt = t[k] - t[k - 1]
@@ -159,9 +159,9 @@ def _staggered(ctx: Context, t, ode_t, ts_sim, ts_ode, p) -> None:
                   "gap must exceed 2 grid intervals (heads leaving together give a gap of at most "
                   "one interval); not every seed: a seed may split all its heads at once"),
         unit=f"of {resolved.size} seeds",
-        detail=f"gap {_fmt(g)} ± {_fmt(gse, 2)} (per seed: " + ", ".join(_fmt(x, 2) for x in gap)
-        + f"; grid interval ≈ {_fmt(float(np.mean(dt)), 2)}); the ODE from the same initial "
-        f"states (to t = {_fmt(float(ode_t[-1]))}): " + ", ".join(_fmt(x, 2) for x in go),
+        detail=f"gap {fmt(g)} ± {fmt(gse, 2)} (per seed: " + ", ".join(fmt(x, 2) for x in gap)
+        + f"; grid interval ≈ {fmt(float(np.mean(dt)), 2)}); the ODE from the same initial "
+        f"states (to t = {fmt(float(ode_t[-1]))}): " + ", ".join(fmt(x, 2) for x in go),
     ))  # fmt: skip
 
 
@@ -190,8 +190,8 @@ def _plateaus(ctx: Context, sim, p) -> list[dict]:
         "The risk shows plateaus between drops",
         f"flat stretches (≤ {p.plateau_slope} per decade over ≥ {p.plateau_decades} "
         f"decades) with a drop ≥ {p.drop} before and after: of the seed mean, and per seed",
-        detail="mean: " + ("; ".join(f"{_fmt(q['level'], 4)} on [{_fmt(q['t_start'])}, "
-                                     f"{_fmt(q['t_end'])}]" for q in between) or "none")
+        detail="mean: " + ("; ".join(f"{fmt(q['level'], 4)} on [{fmt(q['t_start'])}, "
+                                     f"{fmt(q['t_end'])}]" for q in between) or "none")
         + "; plateaus per seed: " + ", ".join(str(len(s)) for s in per_seed),
         all_of=(
             Claim("E1.plateaus.mean", "the seed mean shows one", "plateaus between drops of the "
@@ -215,7 +215,7 @@ def _saddle_levels(ctx: Context, saddles, ode, D: int, T: float, p) -> None:
             w = (to >= s.t_start) & (to <= s.t_end)
             lo = float(ode.risk.values[i, w].mean()) if w.any() else float("nan")
             rows.append(
-                f"seed {i} [{_fmt(s.t_start)}, {_fmt(s.t_end)}] "
+                f"seed {i} [{fmt(s.t_start)}, {fmt(s.t_end)}] "
                 f"{'+'.join(str(len(g)) for g in s.groups)}: sim {s.level:.4f}, ODE "
                 f"{lo:.4f}, fixed point {s.risk:.4f}"
                 + (
@@ -267,12 +267,12 @@ def _ode_vs_sim(ctx, sim, ode, dev_all, D, p) -> None:
         "E1.ode",
         "The D → ∞ ODE predicts the simulation up to specialisation",
         f"largest deviation of the seed means, ODE from each seed's initial state, up to "
-        f"t = {_fmt(until)} (before some head's cosine with the heads' mean falls below "
+        f"t = {fmt(until)} (before some head's cosine with the heads' mean falls below "
         f"{p.window_cos} in a seed: the escape begins; D = {D}, {sim.sizes['seed']} seeds, "
         f"ODE: {_drift_text(results.config_of(ode)['theory'])})",
         detail=f"s.e. of the simulation's mean risk there {se:.1e}; |ΔM| "
         f"{dev['M']['max_dev']:.3f}, |ΔQ| {dev['Q']['max_dev']:.3f}, |Δcos| "
-        f"{dev['cos']['max_dev']:.3f}, at t = {_fmt(dev['Q']['t'])} for Q (Q ≈ "
+        f"{dev['cos']['max_dev']:.3f}, at t = {fmt(dev['Q']['t'])} for Q (Q ≈ "
         f"{float(sim.Q.values[:, 0, 0].mean()):.2g} at t = 0 … "
         f"{float(np.nanmax(sim.Q.mean('seed').values)):.2g}); a sampled drift's error (common "
         "random numbers: a bias shared by all seeds) accumulates in Q while Q grows on the "

@@ -16,7 +16,7 @@ from typing import Annotated
 import numpy as np
 from pydantic import Field
 
-from headspec.apps.experiments.base import Context, Run, _first_crossing, _fmt, _mean_se
+from headspec.apps.experiments.base import Context, Run, finite_mean_se, first_crossing, fmt
 from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.apps.experiments.params import Cosine, Count, Positive, RecipeParams
 from headspec.apps.experiments.registry import recipe
@@ -75,7 +75,7 @@ def _pickups(ds, level: float) -> np.ndarray:
     out = []
     for f in range(ds.sizes["feature"]):
         c = np.abs(ds.cos.values[:, :, :, f]).max(-1)  # (S, T)
-        out.append([_first_crossing(t, c[s], level) for s in range(c.shape[0])])
+        out.append([first_crossing(t, c[s], level) for s in range(c.shape[0])])
     return np.asarray(out)
 
 
@@ -90,11 +90,11 @@ def _order_claim(ctx, sim, var, order, picks_sim, picks_ode, dev) -> None:
     D = int(results.config_of(sim)["task"]["D"])
     ok_sim, ok_ode = _ordered(picks_sim, order), _ordered(picks_ode, order)
     gaps = np.diff(picks_sim[order], axis=0)  # (F−1, S) time between successive pick-ups
-    gm = [_mean_se(g[np.isfinite(g)]) for g in gaps]
+    gm = [finite_mean_se(g[np.isfinite(g)]) for g in gaps]
 
     def row(picks):
         return " < ".join(
-            f"{_fmt(m)} ± {_fmt(s, 2)}" for m, s in (_mean_se(picks[f]) for f in order)
+            f"{fmt(m)} ± {fmt(s, 2)}" for m, s in (finite_mean_se(picks[f]) for f in order)
         )
 
     why = ("the order must hold in every seed of both the simulation and the ODE, and each gap "
@@ -115,7 +115,7 @@ def _order_claim(ctx, sim, var, order, picks_sim, picks_ode, dev) -> None:
         "E2.order",
         "Heads pick up features in decreasing order of Var θ_f; later features take longer",
         f"first t where some head has |cos| ≥ {p.pickup_cos} with feature f, in decreasing "
-        f"Var θ_f = {', '.join(_fmt(var[f]) for f in order)} (mean ± s.e.; D = {D}, "
+        f"Var θ_f = {', '.join(fmt(var[f]) for f in order)} (mean ± s.e.; D = {D}, "
         f"{sim.sizes['seed']} seeds; ODE from each seed's initial state)",
         detail=f"pick-up times: simulation {row(picks_sim)}; ODE {row(picks_ode)}. ODE vs "
         f"simulation over the run: risk {100 * dev['risk']['max_dev']:.1f} %, |Δcos| "
@@ -210,7 +210,7 @@ def _logd_fit(ctx: Context, dims, times, T, example) -> dict:
     fit = weighted_line(lnD[ok], med[ok], se[ok]) if ok.sum() >= 3 else None
     pred = predicted_slope(example, 0, int(p.saddle_n))
     cens = [int(np.isinf(x).sum()) for x in times]
-    per_d = ", ".join(f"D = {d}: {_fmt(m)} ± {_fmt(s, 2)}" + (f" ({c} censored)" if c else "")
+    per_d = ", ".join(f"D = {d}: {fmt(m)} ± {fmt(s, 2)}" + (f" ({c} censored)" if c else "")
                       for d, m, s, c in zip(dims, med, se, cens, strict=True))  # fmt: skip
     nan = float("nan")
     b, bse = (fit.slope, fit.slope_se_scaled) if fit is not None else (nan, nan)
@@ -222,8 +222,8 @@ def _logd_fit(ctx: Context, dims, times, T, example) -> dict:
     elif pred is None:
         detail += "; no saddle prediction (no unstable common phase found)"
     else:
-        detail += (f"; χ²/dof {_fmt(fit.chi2_dof, 2)}; saddle theory 1/(2λ) = "
-                   f"{_fmt(slope)} ± {_fmt(slope_se, 2)} (λ = {pred['lambda']:.4f} ± "
+        detail += (f"; χ²/dof {fmt(fit.chi2_dof, 2)}; saddle theory 1/(2λ) = "
+                   f"{fmt(slope)} ± {fmt(slope_se, 2)} (λ = {pred['lambda']:.4f} ± "
                    f"{pred['lambda_se']:.4f})")  # fmt: skip
     why = (
         f"b > 3 s.e. (growth), and |b − 1/(2λ)| ≤ {p.consistency_k} × √(s.e.(b)² + "
@@ -233,7 +233,7 @@ def _logd_fit(ctx: Context, dims, times, T, example) -> dict:
         "E2.log_d",
         "The time to specialise grows like log D, with the saddle theory's slope 1/(2λ)",
         f"first head's specialisation time (cos < {p.spec_cos} with the heads' mean, after "
-        f"the common phase; censored at T = {_fmt(T)}), median over {p.logd_seeds} seeds "
+        f"the common phase; censored at T = {fmt(T)}), median over {p.logd_seeds} seeds "
         "per D with a bootstrap s.e.; weighted least squares t_spec = a + b·ln D (natural log) "
         "on the medians; λ the leading unstable eigenvalue of the common phase's fixed point",
         detail=detail,
@@ -260,7 +260,7 @@ def _figure(ctx: Context, sim, ode, var, order, dims, times, res) -> None:
         for ds, ls, who in ((sim, "-", "sim"), (ode, "--", "ODE")):
             c = np.abs(ds.cos.values[:, :, :, f]).max(-1).mean(0)
             a1.plot(t[pos], c[pos], ls, color=f"C{i}", lw=2 if who == "sim" else 1.5,
-                    label=f"{who}: feature {f} (Var θ = {_fmt(var[f])})")  # fmt: skip
+                    label=f"{who}: feature {f} (Var θ = {fmt(var[f])})")  # fmt: skip
     a1.set_xscale("log")
     a1.set_xlabel("t")
     a1.set_ylabel("max over heads |cos(k_h, k*_f)|, mean over seeds")
@@ -280,14 +280,14 @@ def _figure(ctx: Context, sim, ode, var, order, dims, times, res) -> None:
     dd = np.geomspace(min(dims), max(dims), 50)
     fit, pred = res["fit"], res["pred"]
     if fit is not None:
-        b_se = _fmt(fit.slope_se_scaled, 2)
+        b_se = fmt(fit.slope_se_scaled, 2)
         a2.plot(dd, fit.intercept + fit.slope * np.log(dd), "C0-",
-                label=f"fit: {_fmt(fit.slope)} ± {b_se} · ln D")  # fmt: skip
+                label=f"fit: {fmt(fit.slope)} ± {b_se} · ln D")  # fmt: skip
         if pred is not None:
             mid = np.log(np.sqrt(min(dims) * max(dims)))
             y0 = fit.intercept + fit.slope * mid
             a2.plot(dd, y0 + pred["slope"] * (np.log(dd) - mid), "k--",
-                    label=f"saddle theory 1/(2λ) = {_fmt(pred['slope'])}")  # fmt: skip
+                    label=f"saddle theory 1/(2λ) = {fmt(pred['slope'])}")  # fmt: skip
     a2.set_xscale("log")
     a2.set_xlabel("D")
     a2.set_ylabel("first specialisation time")

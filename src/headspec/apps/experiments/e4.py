@@ -27,7 +27,7 @@ from headspec.apps.experiments.annealed import (
     reach_annealed,
     risk_dev_text,
 )
-from headspec.apps.experiments.base import Context, Run, _fmt, ode_beside
+from headspec.apps.experiments.base import Context, Run, fmt, ode_beside
 from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.apps.experiments.params import Cosine, Count, Positive
 from headspec.apps.experiments.registry import recipe
@@ -109,7 +109,7 @@ def _constructed(ctx: Context):
         Tolerance("below", 1e-9, why="the two predictors are the same function, so they must "
                   "agree to float64 round-off on every sample (a risk comparison within the s.e. "
                   f"{est['bayes'].se:.1e} would be far weaker)"),
-        detail=f"R_B = {_fmt(est['bayes'].mean, 5)} ± {_fmt(est['bayes'].se, 2)}; the paired s.e. "
+        detail=f"R_B = {fmt(est['bayes'].mean, 5)} ± {fmt(est['bayes'].se, 2)}; the paired s.e. "
         f"of the risk difference is {se_d:.1e}, against R_B's own s.e. {est['bayes'].se:.1e}",
     ))  # fmt: skip
     return law

@@ -37,7 +37,7 @@ from headspec.apps.experiments.arrangement import (
     risks_text,
     summary,
 )
-from headspec.apps.experiments.base import Context, Run, _fmt, _mean_se
+from headspec.apps.experiments.base import Context, Run, finite_mean_se, fmt
 from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.apps.experiments.params import Cosine, Count, Positive, RecipeParams
 from headspec.apps.experiments.registry import recipe
@@ -270,7 +270,7 @@ def _rows(k, paired, res, preps, prep_meta, classes, con_prep, con_prep_ds, L, p
             continue
         c = classes.get(name)
         ctext = "" if c is None else (
-            f"{c['kind']} at {c['split']} (t={_fmt(c['t'])}, R*={c['risk']:.4f}): lead Re λ = "
+            f"{c['kind']} at {c['split']} (t={fmt(c['t'])}, R*={c['risk']:.4f}): lead Re λ = "
             f"{c['lead']:+.4f} ± {c['lead_se']:.4f}, {c['n_unstable']} unstable, "
             f"{c['n_marginal']} marginal")  # fmt: skip
         h = histories(ds, L.atoms[k], p)[0]
@@ -320,8 +320,8 @@ def _claims(ctx: Context, k: str, res: dict, lab0: float, prep_here: list, class
     stuck = moved_total == 0
     tol = Tolerance("at_least", 1, why=f"≥ 1 seed or prepared start ends even (split by "
                     f"cosine ≥ {p.min_cos} and margin {p.margin}, lasting ≥ "
-                    f"{p.persist} grid points) by t = {_fmt(T_k)} (prepared: "
-                    f"{_fmt(p.T_prepared)}); none → stuck, reported with the Jacobian's "
+                    f"{p.persist} grid points) by t = {fmt(T_k)} (prepared: "
+                    f"{fmt(p.T_prepared)}); none → stuck, reported with the Jacobian's "
                     "classification of the uneven state")  # fmt: skip
     ctx.claim(Claim(
         f"E6.{k}.rearranges",
@@ -349,7 +349,7 @@ def _uneven_costs(ctx: Context, k: str, s: dict, classes: dict, dev) -> None:
                     "error cancels in the difference); finite-D corrections shift both groups "
                     "alike")  # fmt: skip
     if ev and un:
-        (me, see), (mu, seu) = _mean_se(ev), _mean_se(un)
+        (me, see), (mu, seu) = finite_mean_se(ev), finite_mean_se(un)
         d, sd = mu - me, float(np.hypot(see, seu))
         value = f"uneven {mu:.4f} vs even {me:.4f}"
         src = "simulation seeds"
@@ -369,7 +369,7 @@ def _uneven_costs(ctx: Context, k: str, s: dict, classes: dict, dev) -> None:
         f"end risk (D → ∞ risk of the final overlaps) uneven − even, {src}",
         d, sd, tol,
         detail=f"{value}; ODE vs simulation (same initial states): max relative risk "
-        f"deviation {dev['risk']['max_dev']:.3f} at t = {_fmt(dev['risk']['t'])}",
+        f"deviation {dev['risk']['max_dev']:.3f} at t = {fmt(dev['risk']['t'])}",
     ))  # fmt: skip
 
 

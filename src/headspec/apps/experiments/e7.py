@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, field_validator
 
-from headspec.apps.experiments.base import Context, Run, _fmt
+from headspec.apps.experiments.base import Context, Run, fmt
 from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.apps.experiments.params import Cosine, Count, Positive, RecipeParams
 from headspec.apps.experiments.registry import recipe
@@ -95,7 +95,7 @@ def _nanmedian(x) -> float:
 
 def _sequence(t, counts) -> str:
     fr = rep.first_reached(t, counts)
-    return " → ".join(f"{c} (t = {_fmt(tt, 2)})" for c, tt in fr.items()) or "no group"
+    return " → ".join(f"{c} (t = {fmt(tt, 2)})" for c, tt in fr.items()) or "no group"
 
 
 class Params(RecipeParams):
@@ -310,13 +310,13 @@ def _formation(ctx: Context, res: dict, meta: dict, p):
                 n1.append(neff[-1])
         S = sim.sizes["seed"]
         if not appear:
-            detail = f"no group of active heads by t = {_fmt(t[-1])} in any of {S} seeds"
+            detail = f"no group of active heads by t = {fmt(t[-1])} in any of {S} seeds"
         else:
-            detail = (f"groups appear at t ≈ {_fmt(np.median(appear), 2)}, final grouping from "
-                      f"t ≈ {_fmt(_nanmedian(settle), 2)} (medians over {len(appear)} seeds); "
+            detail = (f"groups appear at t ≈ {fmt(np.median(appear), 2)}, final grouping from "
+                      f"t ≈ {fmt(_nanmedian(settle), 2)} (medians over {len(appear)} seeds); "
                       f"{detour}/{len(appear)} seeds pass through another number of groups "
-                      f"first; n_eff when all heads first count {_fmt(np.median(n0), 3)} → end "
-                      f"{_fmt(np.median(n1), 3)}")  # fmt: skip
+                      f"first; n_eff when all heads first count {fmt(np.median(n0), 3)} → end "
+                      f"{fmt(np.median(n1), 3)}")  # fmt: skip
         ctx.claim(Claim(
             f"E7.F{F}_H{H}.{act}.formation",
             f"How the grouping forms ({LABEL[act]}, F = {F}, H = {H})",

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from headspec.apps.experiments.base import Context, Run, _mean_se, ode_beside
+from headspec.apps.experiments.base import Context, Run, finite_mean_se, ode_beside
 from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.apps.experiments.params import Count, Positive, RecipeParams
 from headspec.apps.experiments.registry import recipe
@@ -108,7 +108,7 @@ def final_risks(runs: dict, n: int, key: int = 8) -> dict:
     b = names["bayes"]
     out = {"bayes": {"mean": float(est[b].mean), "se": float(est[b].se), "loss": smp[b]}}
     for label, ok in kept.items():
-        m, se_seed = _mean_se([est[names[(label, s)]].mean for s in ok])
+        m, se_seed = finite_mean_se([est[names[(label, s)]].mean for s in ok])
         loss = np.mean([smp[names[(label, s)]] for s in ok], axis=0)  # (n,)
         out[label] = {"mean": m, "se": float(np.hypot(se_seed, loss.std(ddof=1) / np.sqrt(n))),
                       "se_seed": se_seed, "loss": loss}  # fmt: skip
