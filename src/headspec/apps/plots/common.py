@@ -20,14 +20,14 @@ T_LABEL = "training time t = samples / D"
 
 
 # ----------------------------------------------------------------------------- config and titles
-def _config(ds: xr.Dataset) -> dict:
+def result_config(ds: xr.Dataset) -> dict:
     try:
         return json.loads(ds.attrs.get("config_json", "{}"))
     except (TypeError, ValueError):
         return {}
 
 
-def _get(d: dict, *keys):
+def nested_get(d: dict, *keys):
     for k in keys:
         if not isinstance(d, dict) or k not in d:
             return None
@@ -35,24 +35,24 @@ def _get(d: dict, *keys):
     return d
 
 
-def _title(ds: xr.Dataset, what: str) -> str:
+def title_of(ds: xr.Dataset, what: str) -> str:
     """``what — simulation: softmax, H = 4, L = 10, D = 1000, discrete latent, 8 seeds``."""
-    cfg = _config(ds)
+    cfg = result_config(ds)
     kind = ds.attrs.get("kind", "result")
     parts = []
-    act = _get(cfg, "model", "activation")
+    act = nested_get(cfg, "model", "activation")
     if act is not None:
         parts.append(str(act))
-    H = _get(cfg, "model", "H") or ds.sizes.get("head")
+    H = nested_get(cfg, "model", "H") or ds.sizes.get("head")
     if H is not None:
         parts.append(f"H = {H}")
-    L = _get(cfg, "task", "L")
+    L = nested_get(cfg, "task", "L")
     if L is not None:
         parts.append(f"L = {L}")
-    D = _get(cfg, "task", "D")
+    D = nested_get(cfg, "task", "D")
     if D is not None and kind != "theory":
         parts.append(f"D = {D}")
-    latent = _get(cfg, "task", "latent", "kind")
+    latent = nested_get(cfg, "task", "latent", "kind")
     if latent is not None:
         parts.append(f"{latent} latent")
     if "seed" in ds.dims and kind != "theory":
@@ -62,28 +62,28 @@ def _title(ds: xr.Dataset, what: str) -> str:
 
 
 # ----------------------------------------------------------------------------- data
-def _positive_t(ds: xr.Dataset) -> xr.Dataset:
+def positive_t(ds: xr.Dataset) -> xr.Dataset:
     """The dataset restricted to t > 0 (log axes)."""
     return ds.isel(t=np.flatnonzero(np.asarray(ds.t) > 0))
 
 
-def _nanmean(x: np.ndarray, axis=0) -> np.ndarray:
+def nanmean(x: np.ndarray, axis=0) -> np.ndarray:
     """Mean over ``axis`` of the finite values (NaN where there are none)."""
     return mean_se(x, axis=axis)[0]
 
 
-def _sem(x: np.ndarray, axis=0) -> np.ndarray:
+def sem(x: np.ndarray, axis=0) -> np.ndarray:
     """Standard error of the mean over ``axis`` of the finite values (NaN where < 2)."""
     return mean_se(x, axis=axis)[1]
 
 
-def _failed(ds: xr.Dataset) -> np.ndarray:
+def failed_seeds(ds: xr.Dataset) -> np.ndarray:
     if "failed" in ds:
         return np.asarray(ds.failed).astype(bool)
     return np.zeros(ds.sizes.get("seed", 1), dtype=bool)
 
 
-def _seed_index(ds: xr.Dataset, seed) -> int:
+def seed_index(ds: xr.Dataset, seed) -> int:
     """Index of the seed whose coordinate value is ``seed`` (the first seed when None)."""
     if "seed" not in ds.dims or ds.sizes["seed"] == 0:
         raise ValueError("the result has no seeds to plot")
@@ -98,19 +98,19 @@ def _seed_index(ds: xr.Dataset, seed) -> int:
 
 
 # ----------------------------------------------------------------------------- axes and colours
-def _log_x(ax: Axes, t: np.ndarray) -> None:
+def log_x(ax: Axes, t: np.ndarray) -> None:
     if t.size and np.any(t > 0):
         ax.set_xscale("log")
     ax.set_xlabel(T_LABEL)
 
 
-def _head_colors(H: int) -> list:
+def head_colors(H: int) -> list:
     if H <= 10:
         return [f"C{h}" for h in range(H)]
     cmap = matplotlib.colormaps["viridis"]
     return [cmap(h / (H - 1)) for h in range(H)]
 
 
-def _legend_outside(ax: Axes, **kw):
+def legend_outside(ax: Axes, **kw):
     """Legend to the right of the axes, so it never covers curves."""
     return ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, **kw)

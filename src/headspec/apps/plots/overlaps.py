@@ -13,13 +13,13 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from headspec.apps.plots.common import (
-    _failed,
-    _head_colors,
-    _legend_outside,
-    _log_x,
-    _positive_t,
-    _seed_index,
-    _title,
+    failed_seeds,
+    head_colors,
+    legend_outside,
+    log_x,
+    positive_t,
+    seed_index,
+    title_of,
 )
 
 
@@ -32,13 +32,13 @@ def plot_overlaps(ds: xr.Dataset, seed: int | None = None) -> Figure:
     heatmap of |cos_hf| (heads × features, values written in the cells) at the last time where the
     seed's overlaps are finite (the final time unless the seed diverged).
     """
-    i = _seed_index(ds, seed)
+    i = seed_index(ds, seed)
     one = ds.isel(seed=i)
-    pos = _positive_t(one)
+    pos = positive_t(one)
     t = np.asarray(pos.t, dtype=float)
     cos = np.asarray(pos.cos, dtype=float).reshape(t.size, one.sizes["head"], one.sizes["feature"])
     H, F = cos.shape[1], cos.shape[2]
-    colors = _head_colors(H)
+    colors = head_colors(H)
     seed_id = int(one.seed) if "seed" in one.coords else i
 
     n_panels = F + 1
@@ -51,7 +51,7 @@ def plot_overlaps(ds: xr.Dataset, seed: int | None = None) -> Figure:
         for h in range(H):
             ax.plot(t, cos[:, h, f], color=colors[h], lw=1.5, label=f"head {h}")
         ax.axhline(0.0, color="0.6", lw=0.6)
-        _log_x(ax, t)
+        log_x(ax, t)
         ax.set_ylabel(f"cos(k_h, k*_{f})")
         ax.set_title(f"feature {f}", fontsize="medium")
         ax.grid(True, alpha=0.3)
@@ -66,9 +66,9 @@ def plot_overlaps(ds: xr.Dataset, seed: int | None = None) -> Figure:
     if H <= 16:
         handles = [Line2D([], [], color=colors[h], lw=1.5, label=f"head {h}") for h in range(H)]
         fig.legend(handles=handles, loc="outside right upper", fontsize="small")
-    failed = _failed(ds)[i]
+    failed = failed_seeds(ds)[i]
     note = " (diverged)" if failed else ""
-    fig.suptitle(_title(ds, f"cosine overlaps, seed {seed_id}{note}"), fontsize="medium")
+    fig.suptitle(title_of(ds, f"cosine overlaps, seed {seed_id}{note}"), fontsize="medium")
     return fig
 
 
@@ -122,7 +122,7 @@ def plot_compare_overlaps(sim: xr.Dataset, theory: xr.Dataset) -> Figure:
     pos = sim.t.values > 0
     t = sim.t.values[pos]
     H, F = sim.sizes["head"], sim.sizes["feature"]
-    colors = _head_colors(H)
+    colors = head_colors(H)
     fig = Figure(figsize=(4.2 * F + 1.2, 3.6), layout="constrained")
     axes = fig.subplots(1, F, squeeze=False).ravel()
     for f in range(F):
@@ -132,7 +132,7 @@ def plot_compare_overlaps(sim: xr.Dataset, theory: xr.Dataset) -> Figure:
                 ax.plot(t, sims.cos.values[s, pos, h, f], color=colors[h], lw=0.7, alpha=0.5)
             ax.plot(t, th1.cos.values[pos, h, f], color=colors[h], lw=2.2)
         ax.axhline(0.0, color="0.6", lw=0.6)
-        _log_x(ax, t)
+        log_x(ax, t)
         ax.set_ylabel(f"cos(k_h, k*_{f})")
         ax.set_title(f"feature {f}", fontsize="medium")
         ax.grid(True, alpha=0.3)
@@ -145,7 +145,7 @@ def plot_compare_overlaps(sim: xr.Dataset, theory: xr.Dataset) -> Figure:
     S = sims.sizes["seed"]
     which = f"seed {int(common[0])}" if common else f"{S} seed{'' if S == 1 else 's'}"
     fig.suptitle(
-        _title(sim, f"cosine overlaps, simulation vs theory ({which})\n"), fontsize="medium"
+        title_of(sim, f"cosine overlaps, simulation vs theory ({which})\n"), fontsize="medium"
     )
     return fig
 
@@ -158,9 +158,9 @@ def plot_head_similarity(ds: xr.Dataset, seed: int | None = None) -> Figure:
     Heads that start alike specialise when these drop. With a single head there are no pairs and
     the panel says so.
     """
-    i = _seed_index(ds, seed)
+    i = seed_index(ds, seed)
     one = ds.isel(seed=i)
-    pos = _positive_t(one)
+    pos = positive_t(one)
     t = np.asarray(pos.t, dtype=float)
     H = one.sizes["head"]
     Q = np.asarray(pos.Q, dtype=float).reshape(t.size, H, H)
@@ -180,7 +180,7 @@ def plot_head_similarity(ds: xr.Dataset, seed: int | None = None) -> Figure:
             ax.plot(t, R[:, h, g], color=color, lw=1.5, label=f"heads {h}, {g}")
         ax.axhline(0.0, color="0.6", lw=0.6)
         if len(pairs) <= 15:
-            _legend_outside(ax, fontsize="small")
+            legend_outside(ax, fontsize="small")
         else:
             ax.text(
                 0.99,
@@ -200,12 +200,12 @@ def plot_head_similarity(ds: xr.Dataset, seed: int | None = None) -> Figure:
             va="center",
             transform=ax.transAxes,
         )
-    _log_x(ax, t)
+    log_x(ax, t)
     ax.set_ylabel("Q_hh' / √(Q_hh Q_h'h')")
     ax.grid(True, alpha=0.3)
-    note = " (diverged)" if _failed(ds)[i] else ""
+    note = " (diverged)" if failed_seeds(ds)[i] else ""
     ax.set_title(
-        _title(ds, f"head similarity, seed {seed_id}{note}") + "\nheads separate when these drop",
+        title_of(ds, f"head similarity, seed {seed_id}{note}") + "\nheads separate when these drop",
         fontsize="medium",
     )
     return fig

@@ -13,15 +13,15 @@ from headspec.apps.plots.common import (
     SIM_COLOR,
     TEST_COLOR,
     THEORY_COLOR,
-    _config,
-    _failed,
-    _get,
-    _legend_outside,
-    _log_x,
-    _nanmean,
-    _positive_t,
-    _sem,
-    _title,
+    failed_seeds,
+    legend_outside,
+    log_x,
+    nanmean,
+    nested_get,
+    positive_t,
+    result_config,
+    sem,
+    title_of,
 )
 
 
@@ -47,11 +47,11 @@ def plot_risk(ds: xr.Dataset, ax: Axes | None = None, theory: xr.Dataset | None 
         ax = fig.add_subplot()
     else:
         fig = ax.figure
-    pos = _positive_t(ds)
+    pos = positive_t(ds)
     t = np.asarray(pos.t, dtype=float)
     risk = np.asarray(pos.risk, dtype=float).reshape(-1, t.size)  # (S, T)
     S = risk.shape[0]
-    failed = _failed(ds)
+    failed = failed_seeds(ds)
     ok_rows = [i for i in range(S) if not failed[i]]
     fail_rows = [i for i in range(S) if failed[i]]
 
@@ -67,11 +67,11 @@ def plot_risk(ds: xr.Dataset, ax: Axes | None = None, theory: xr.Dataset | None 
     if fail_rows and ok_rows:  # a blow-up before divergence must not squash the other curves
         _clip_to_healthy(ax, pos, risk, ok_rows, fail_rows, levels, labelled)
 
-    _log_x(ax, t)
+    log_x(ax, t)
     ax.set_ylabel("risk")
     ax.grid(True, which="major", alpha=0.3)
-    ax.set_title(_title(ds, "risk"), fontsize="medium")
-    _legend_outside(ax, fontsize="small")
+    ax.set_title(title_of(ds, "risk"), fontsize="medium")
+    legend_outside(ax, fontsize="small")
     return fig
 
 
@@ -131,7 +131,7 @@ def _draw_seed_mean(ax: Axes, t: np.ndarray, risk: np.ndarray) -> None:
     """The NaN-aware mean over seeds bold (``gid="risk-mean"``), with a ± 1 s.e. band when there
     are several seeds."""
     S = risk.shape[0]
-    mean = _nanmean(risk, axis=0)
+    mean = nanmean(risk, axis=0)
     ax.plot(
         t,
         mean,
@@ -141,7 +141,7 @@ def _draw_seed_mean(ax: Axes, t: np.ndarray, risk: np.ndarray) -> None:
         gid="risk-mean",
     )
     if S > 1:
-        se = _sem(risk, axis=0)
+        se = sem(risk, axis=0)
         band = np.isfinite(se)
         if band.any():
             ax.fill_between(
@@ -162,9 +162,9 @@ def _draw_test_risk(ax: Axes, pos: xr.Dataset, t: np.ndarray, S: int) -> None:
     test = np.asarray(pos.test_risk, dtype=float).reshape(-1, t.size)
     if not np.isfinite(test).any():
         return
-    tmean = _nanmean(test, axis=0)
+    tmean = nanmean(test, axis=0)
     if S > 1:
-        terr = _sem(test, axis=0)
+        terr = sem(test, axis=0)
     else:
         terr = np.asarray(pos.test_risk_se, dtype=float).reshape(-1)
     terr = np.where(np.isfinite(terr), terr, 0.0)
@@ -185,9 +185,9 @@ def _draw_test_risk(ax: Axes, pos: xr.Dataset, t: np.ndarray, S: int) -> None:
 
 def _draw_theory(ax: Axes, theory: xr.Dataset) -> None:
     """The theory's mean risk over its seeds, bold (``gid="theory-mean"``)."""
-    th = _positive_t(theory)
+    th = positive_t(theory)
     tt = np.asarray(th.t, dtype=float)
-    tr = _nanmean(np.asarray(th.risk, dtype=float).reshape(-1, tt.size), axis=0)
+    tr = nanmean(np.asarray(th.risk, dtype=float).reshape(-1, tt.size), axis=0)
     ax.plot(tt, tr, color=THEORY_COLOR, lw=2.2, label="theory (D → ∞)", gid="theory-mean")
 
 
@@ -205,7 +205,7 @@ def _draw_reference_levels(
     rb = None if rb is None or not np.isfinite(float(rb)) else float(rb)
     if rb is not None:
         ax.axhline(rb, color="k", ls="--", lw=1.2, label=f"Bayes risk R_B = {rb:.4g}")
-    L = _get(_config(ds), "task", "L")
+    L = nested_get(result_config(ds), "task", "L")
     if L is not None:
         ref = 0.5 * (1.0 - 1.0 / float(L))
         ax.axhline(

@@ -9,7 +9,7 @@ import xarray as xr
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from headspec.apps.plots.common import _nanmean, _sem
+from headspec.apps.plots.common import nanmean, sem
 
 
 def final_risk(ds: xr.Dataset) -> tuple[xr.DataArray, xr.DataArray]:
@@ -21,8 +21,8 @@ def final_risk(ds: xr.Dataset) -> tuple[xr.DataArray, xr.DataArray]:
     ax = last.dims.index("seed")
     dims = [d for d in last.dims if d != "seed"]
     coords = {d: ds[d] for d in dims}
-    mean = xr.DataArray(_nanmean(r, axis=ax), dims=dims, coords=coords)
-    return mean, xr.DataArray(_sem(r, axis=ax), dims=dims, coords=coords)
+    mean = xr.DataArray(nanmean(r, axis=ax), dims=dims, coords=coords)
+    return mean, xr.DataArray(sem(r, axis=ax), dims=dims, coords=coords)
 
 
 def plot_sweep(ds: xr.Dataset, max_lines: int = 12) -> Figure:
