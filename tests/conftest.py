@@ -67,9 +67,9 @@ jax.config.update("jax_enable_x64", True)
 # Files of the integration tier (and every recipe's file, test_recipe_e<N>*.py, and every Markdown
 # doctest file: the README, docs/*.md); every other test not marked slow is a unit test.
 INTEGRATION = {
-    "test_cli.py", "test_cli_polish.py", "test_cli_simulate.py", "test_docs.py",
-    "test_experiments.py", "test_plan.py", "test_hardening.py", "test_hardening_files.py",
-    "test_hardening_guards.py", "test_hardening_io.py", "test_interrupts.py", "test_malformed.py",
+    "test_cli.py", "test_cli_layout.py", "test_cli_simulate.py", "test_docs.py",
+    "test_experiments.py", "test_plan.py", "test_late_refusals.py", "test_result_checks.py",
+    "test_size_guards.py", "test_atomic_writes.py", "test_interrupts.py", "test_malformed.py",
     "test_packaging.py", "test_paths.py", "test_project_files.py",
     "test_sweep.py",
 }  # fmt: skip

@@ -7,7 +7,7 @@ seed, batch and token), the reduced engine's blocks of random numbers, the base 
 D → ∞ risk (``record.n_mc``) and of the ODE's drift (``theory.n``) with the per-sample
 intermediates of their evaluation (vmapped over seeds), the chunks and per-sample losses of
 `headspec bayes`, the recorded grid — each term times a small factor for the temporaries XLA keeps
-beside it (measured on CPU, see ``tests/test_hardening_guards.py``). They are meant to be within a
+beside it (measured on CPU, see ``tests/test_size_guards.py``). They are meant to be within a
 few times the real peak: far enough above it to refuse what would exhaust the machine, close
 enough not to refuse today's runs.
 
