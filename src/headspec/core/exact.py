@@ -84,6 +84,7 @@ from headspec.core.precision import float64
 from headspec.core.quadrature import (
     X_CUT,
     Quadrature,
+    first_weight,
     moments1,
     moments2,
     moments_multi,
@@ -198,8 +199,8 @@ def _bayes_risk(M, Q, b, law, L, quad, *, c):
     w = jnp.linspace(lo, hi, nw, dtype=M.dtype)  # (n_w,)
     h = w[1] - w[0]
     base = jnp.full((nw,), h).at[-1].set(0.5 * h)
-    om1 = base.at[0].set(0.5 * h / jnp.tanh(0.5 * h))
-    om2 = base.at[0].set(0.5 * h / jnp.tanh(h))
+    om1 = base.at[0].set(first_weight(h, 1.0))
+    om2 = base.at[0].set(first_weight(h, 2.0))
     tok_m = jnp.concatenate([b[None], hm])  # (1+K, H): noise first
     tok_C = jnp.concatenate([Q[None], hC])  # (1+K, H, H)
     T = moments_multi(tok_m, tok_C, jnp.broadcast_to(w, (1 + K, nw)), 3, quad)  # (1+K, 3…3, n_w)

@@ -316,6 +316,18 @@ def z_upper(k: int) -> float:
     return statistics.NormalDist().inv_cdf(1.0 - EPS_TAIL ** (1.0 / k))
 
 
+def first_weight(h: Array, r) -> Array:
+    """The weight of a uniform w-grid's first node for an integrand ∝ e^{rw} below it: the node
+    itself (h, as an interior node of the infinite grid) plus its geometric tail
+    h Σ_{i≥1} e^{−rih}, i.e. h / (1 − e^{−rh}) ≈ 1/r + h/2 + rh²/12.
+
+    (Until 2026-12-06 this was (h/2)·coth(rh/2) ≈ 1/r + rh²/12: half a node short, an O(h)
+    error of size (h/2)·f(lo), ~1e-8 in R at small overlaps, which made the w-rule converge
+    like h² instead of exponentially; issue 52.)
+    """
+    return h / (1.0 - jnp.exp(-r * h))
+
+
 def w_grid(
     means: Array,
     var: Array,
@@ -344,8 +356,8 @@ def w_grid(
     h = w[1] - w[0]
     base = jnp.full((quad.n_w,), h).at[-1].set(0.5 * h)
 
-    def weights(r):  # first weight: h/2 plus the geometric tail Σ_{i≥1} e^{−r i h}
-        return base.at[0].set(0.5 * h / jnp.tanh(0.5 * r * h))
+    def weights(r):
+        return base.at[0].set(first_weight(h, r))
 
     return w, weights(1.0), weights(2.0)
 

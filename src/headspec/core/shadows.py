@@ -46,7 +46,7 @@ from headspec.core.attention import Activation, BayesSoftmax, Softmax, Softmax1
 from headspec.core.latent import Gaussian, LatentLaw
 from headspec.core.model import Model
 from headspec.core.precision import float64
-from headspec.core.quadrature import X_CUT, Quadrature, moments1, w_grid, z_upper
+from headspec.core.quadrature import X_CUT, Quadrature, first_weight, moments1, w_grid, z_upper
 
 Array = jax.Array
 sg = jax.lax.stop_gradient
@@ -127,7 +127,7 @@ def symmetric_mean(M, Q, b, model: Model, quad: Quadrature) -> Array:
     def moment(j: int, powers: list[int]) -> Array:
         """E[p_0^j Σ_{distinct l_1..l_m} Π_i p_{l_i}^{P_i}] per atom (K,)."""
         m, tot = len(powers), j + sum(powers)
-        wt = base.at[0].set(0.5 * h / jnp.tanh(0.5 * tot * h)) * kap / math.gamma(tot)
+        wt = base.at[0].set(first_weight(h, tot)) * kap / math.gamma(tot)
         out = jnp.zeros(K, mh.dtype)
         if L - 1 >= m:  # no l_i is the hidden token
             f = eh[:, j] * math.prod((en[P] for P in powers), start=1.0)
@@ -247,7 +247,7 @@ def _tail_weights(w: Array, K: np.ndarray) -> Array:
     Kf = jnp.asarray(np.maximum(K, 1), w.dtype)[:, None]  # (S, 1)
     base = jnp.ones((*w.shape[:-1], len(K), w.shape[-1]), w.dtype) * h
     base = base.at[..., -1].multiply(0.5)
-    base = base.at[..., 0].set((0.5 * h / jnp.tanh(0.5 * Kf * h))[..., 0])
+    base = base.at[..., 0].set(first_weight(h, Kf)[..., 0])
     return base / jnp.asarray([math.gamma(max(k, 1)) for k in K], w.dtype)[:, None]
 
 
