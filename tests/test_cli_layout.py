@@ -180,10 +180,12 @@ def test_bayes_risk_table_fits_80_columns():
     _assert_fits(_text(console), ["0.27533", "0.00014", "+0.05288 ± 0.00010", "10,000,000,000"])
     # the D → ∞ route adds the exact column ("—" where there is no exact route)
     cfg = load_config(BayesRunConfig, overrides=["bayes.samples=10000000000"])
-    rows = [{**r, "exact": 0.27508 if i else None} for i, r in enumerate(rows)]
+    rows = [{**r, "exact": 0.27508 if i else None, "exact_err": 3e-11 if i else None}
+            for i, r in enumerate(rows)]  # fmt: skip
     console = _console()
     console.print(_risk_table(cfg, {"results": rows}))
-    _assert_fits(_text(console), ["0.27533", "+0.05288 ± 0.00010", "0.27508", "—"])
+    _assert_fits(_text(console), ["0.27533", "+0.05288 ± 0.00010", "0.27508", "—",
+                                  "error bounds ≤ 3e-11"])  # fmt: skip
 
 
 def test_saddles_tables_fit_80_columns(monkeypatch):
@@ -194,7 +196,7 @@ def test_saddles_tables_fit_80_columns(monkeypatch):
 
     words = "head-difference mode along features 0 and 1, heads 0 − 1 against 2 − 3"
     monkeypatch.setattr(dynamics_saddles, "describe_mode", lambda *a, **k: words)
-    lead = NS(eigenvalue=complex(0.01234, 0.0), se=0.00123, zero=False)
+    lead = NS(eigenvalue=complex(0.01234, 0.0), se=0.00123, err=4e-9, zero=False)
     found = [
         NS(leading=lead, escape_time=lambda D: np.log(D) / (2 * 0.01234), t_start=0.3123,
            t_end=123.45, level=0.30001, risk=0.29987, drift_before=1.23e-2, drift_after=3e-8,
@@ -206,7 +208,7 @@ def test_saddles_tables_fit_80_columns(monkeypatch):
     console = _console()
     console.print(_table(found, sd))
     _assert_fits(_text(console), ["0.3000 → 0.2999", "1.2e-02 → 3e-08", "+0.0123 ± 0.0012",
-                                  "0.312–123", "12.1 quasi"])  # fmt: skip
+                                  "0.312–123", "12.1 quasi", "1: 4.0e-09"])  # fmt: skip
 
 
 @pytest.fixture

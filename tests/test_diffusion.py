@@ -283,7 +283,7 @@ def test_without_noise_it_follows_the_ode(solver, order):
             r = np.asarray(eng.observe(st, rbase).risk)
             y0 = ode.OrderParameters(st0.M, st0.Q, st0.b)
             problem = ode.DriftProblem.sampled(Softmax(), LAW, base, 3.0)
-            obs, _, _ = ode.integrate(y0, np.array([0.0, T]), problem, rbase, Constant(),
+            obs, *_ = ode.integrate(y0, np.array([0.0, T]), problem, rbase, Constant(),
                                       solver=ode.Solver(rtol=1e-10, atol=1e-12))  # fmt: skip
             errs.append(r - obs[-1].risk)
     e1, e2 = np.abs(errs[0]), np.abs(errs[1])

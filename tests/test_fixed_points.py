@@ -131,7 +131,7 @@ def test_linearisation_predicts_the_escape_from_e1_common_phase():
     y0 = OrderParameters(M1[None], (M1 @ M1.T + W @ W.T)[None], b0[None])
     ts = np.linspace(0.0, 120.0, 13)
     risk_base = BaseSamples.draw(jax.random.key(0), law, 10, 2, 256)
-    obs, _, _ = integrate(y0, ts, problem, risk_base, Constant(), solver=Solver(1e-9, 1e-11))
+    obs, *_ = integrate(y0, ts, problem, risk_base, Constant(), solver=Solver(1e-9, 1e-11))
     d = np.array([np.linalg.norm(o.M[0, 0] - o.M[0, 1]) for o in obs])  # (T,)
     assert d[-1] < 1e-2  # still small: the linear regime
     slope = np.polyfit(ts[2:], np.log(d[2:]), 1)[0]  # after the other modes' transients

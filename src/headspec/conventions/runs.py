@@ -117,7 +117,7 @@ def solve(cfg, progress: Callable[[float, float], None] | None = None, schedule=
     problem = build.drift_problem(cfg, law, init)
     steps, ts = _grid(cfg)
     y0, seed_ids = init.states(H, law.F, np.arange(cfg.seed, cfg.seed + cfg.seeds))
-    obs, fail_t, n_steps = ode.integrate(
+    run = ode.integrate(
         y0,
         ts,
         problem,
@@ -126,6 +126,7 @@ def solve(cfg, progress: Callable[[float, float], None] | None = None, schedule=
         solver=ode.Solver(cfg.theory.rtol, cfg.theory.atol, cfg.theory.max_steps),
         progress=progress,
     )
+    obs, fail_t, n_steps = run.obs, run.fail_t, run.n_steps
     failed = np.isfinite(fail_t)
     fail_step = np.where(failed, np.round(np.nan_to_num(fail_t) * cfg.task.D), -1).astype(int)
     extra = {
@@ -136,6 +137,7 @@ def solve(cfg, progress: Callable[[float, float], None] | None = None, schedule=
         "head_cyclic": int(build.theory_head_cyclic(cfg)),
         "solver_steps": n_steps,
         **_beyond_reach(problem, ts, obs),
+        **_quadrature_errors(run),
     }
     return assemble("theory", cfg, law, ts, steps, seed_ids, obs, fail_step, fail_t, extra)
 
@@ -150,6 +152,17 @@ def _beyond_reach(problem, ts, obs) -> dict:
     beyond = np.flatnonzero(qmax > reach)
     return {"exact_reach": float(reach),
             "sampled_from_t": float(ts[beyond[0]]) if beyond.size else float("nan")}  # fmt: skip
+
+
+def _quadrature_errors(run: ode.Integration) -> dict:
+    """For the exact drift: the largest error bound of the vector field met between its solves
+    (over seeds and times) and of the path (∫ of it over t, largest over seeds): the trajectory's
+    quadrature error when no unstable direction amplifies it."""
+    if run.drift_err.shape[1] == 0:
+        return {}
+    ok = np.isfinite(run.drift_err)
+    return {"quadrature_drift_err": float(np.max(run.drift_err, initial=0.0, where=ok)),
+            "quadrature_path_err": float(np.nanmax(run.path_err()))}  # fmt: skip
 
 
 _BAYES_MEMO: dict[tuple, MCEstimate] = {}
@@ -228,7 +241,7 @@ def run_bayes(cfg, progress: Callable[[int, int], None] | None = None) -> dict:
     Returns a JSON-ready dict: resolved config, seed, provenance and one row per predictor
     (risk, standard error, and excess risk over R_B with its paired standard error; in the
     D → ∞ route also ``exact``, the risk without sampling by :func:`~headspec.dynamics.bayes.
-    exact_risk_of`, or None where there is no exact route).
+    exact_risk_of`, or None where there is no exact route, and ``exact_err``, its error bound).
     ``progress(sequences_done, samples)`` is called after each Monte-Carlo chunk.
     """
     from headspec.conventions.provenance import run_metadata
@@ -247,15 +260,17 @@ def run_bayes(cfg, progress: Callable[[int, int], None] | None = None) -> dict:
         return_samples=True,
         progress=progress,
     )
-    exact = {}
+    exact: dict[str, tuple[float, float] | None] = {}  # (risk, its error bound)
     if cfg.bayes.route == "projected":  # the finite route differs from D → ∞ by O(1/D)
         if "bayes_softmax" in refs:  # the posterior of a discrete law is this predictor
             exact["bayes"] = exact["bayes_softmax"] = exact_risk_of(
-                refs["bayes_softmax"][0], law, cfg.task.L
+                refs["bayes_softmax"][0], law, cfg.task.L, certify=True
             )
         for name, (pred, _) in refs.items():
             if name not in exact:
-                exact[name] = exact_risk_of(pred, law, cfg.task.L)
+                exact[name] = exact_risk_of(pred, law, cfg.task.L, certify=True)
+    value = lambda name: None if exact.get(name) is None else exact[name][0]  # noqa: E731
+    error = lambda name: None if exact.get(name) is None else exact[name][1]  # noqa: E731
     rows = []
     for name, (pred, desc) in refs.items():
         excess = MCEstimate.of(samples[name] - samples["bayes"])
@@ -268,7 +283,8 @@ def run_bayes(cfg, progress: Callable[[int, int], None] | None = None) -> dict:
                 "se": est[name].se,
                 "excess_over_bayes": excess.mean,
                 "excess_se": excess.se,
-                "exact": exact.get(name),
+                "exact": value(name),
+                "exact_err": error(name),
             }
         )
     return {
@@ -280,7 +296,8 @@ def run_bayes(cfg, progress: Callable[[int, int], None] | None = None) -> dict:
             "mean": est["bayes"].mean,
             "se": est["bayes"].se,
             "n": est["bayes"].n,
-            "exact": exact.get("bayes"),
+            "exact": value("bayes"),
+            "exact_err": error("bayes"),
         },
         "results": rows,
     }

@@ -152,7 +152,7 @@ def to_json(saddles: list[Saddle], sd: xr.Dataset) -> dict:
             "escape_time": json_number(s.escape_time(D)),
             "modes": [
                 {"eigenvalue": [m.eigenvalue.real, m.eigenvalue.imag], "se": json_number(m.se),
-                 "zero": m.zero, "common": m.common,
+                 "quadrature_err": json_number(m.err), "zero": m.zero, "common": m.common,
                  "feature_weights": np.asarray(m.feature_weights).tolist(),
                  "description": describe_mode(m, H, F)}
                 for m in s.modes

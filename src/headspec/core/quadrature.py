@@ -35,6 +35,8 @@ sg = jax.lax.stop_gradient
 
 X_CUT = 3.3  # g_0(x) = exp(−e^x) < 2e-12 beyond this x
 EPS_TAIL = 1e-12  # the mass left out by the grids' upper ends
+#: node-count factor of the refined rule of :func:`error_bound` (cost ≈ 2–3× the rule's)
+REFINE = 1.4
 
 
 class Quadrature(eqx.Module):
@@ -57,6 +59,40 @@ class Quadrature(eqx.Module):
     window: float = eqx.field(static=True, default=7.0)  # score grids: m ± window·σ
     tail: float = eqx.field(static=True, default=14.0)  # w below −(top score) down to this
     resolve: float = eqx.field(static=True, default=1.1)  # pair grid: τ ≥ resolve·spacing
+
+    def refined(self, factor: float = REFINE) -> Quadrature:
+        """The same rule with every node count × ``factor``: the second rule of
+        :func:`error_bound` (its error is far below this one's wherever the rule converges:
+        the trapezoid rules here converge exponentially in the node counts).
+
+        >>> Quadrature().refined().n_s, Quadrature().refined().n_w
+        (224, 67)
+        """
+        r = lambda n: max(3, round(n * factor))  # noqa: E731
+        return Quadrature(
+            n_w=r(self.n_w), n_s=r(self.n_s), n_inner=r(self.n_inner), n_table=r(self.n_table),
+            n_bayes=r(self.n_bayes), n_w_bayes=r(self.n_w_bayes), window=self.window,
+            tail=self.tail, resolve=self.resolve,
+        )  # fmt: skip
+
+
+#: the error bound is SAFETY × |value − refined value| + FLOOR·max(1, |value|): on random states
+#: (tests/test_certified.py) the true error (against a rule with 3× the nodes) was 0.98–1.00 ×
+#: the difference wherever it exceeded round-off, the rules converging exponentially
+SAFETY = 2.0
+FLOOR = 1e-12
+
+
+def error_bound(value, refined):
+    """The error bound of a quadrature ``value`` from the same quantity by
+    :meth:`Quadrature.refined` (any matching pytrees of arrays): SAFETY·|Δ| + round-off floor.
+
+    >>> round(float(error_bound(jnp.array(0.5), jnp.array(0.5 + 1e-3))), 6)
+    0.002
+    """
+    return jax.tree.map(
+        lambda v, r: SAFETY * jnp.abs(v - r) + FLOOR * jnp.maximum(1.0, jnp.abs(v)), value, refined
+    )
 
 
 SPACING = 0.5  # the largest score-grid spacing (in score units) at which ∇R keeps ≲ 1e-8

@@ -205,8 +205,12 @@ def bayes_risk(
     return estimate_risks(key, law, L, {"bayes": Posterior(law)}, n=n, route=route, **kw)["bayes"]
 
 
-def exact_risk_of(pred: Predictor, law: LatentLaw, L: int, quad: Quadrature | None = None):
-    """A predictor's D → ∞ risk without sampling, or ``None`` where there is no exact route.
+def exact_risk_of(
+    pred: Predictor, law: LatentLaw, L: int, quad: Quadrature | None = None, *, certify=False
+):
+    """A predictor's D → ∞ risk without sampling, or ``None`` where there is no exact route;
+    with ``certify`` the pair (risk, error bound) (0 for the closed forms; the quadrature's by
+    :func:`~headspec.core.exact.exact_risk`'s ``certify``).
 
     ŷ = 0: ½; uniform attention: ½(1 − 1/L); heads given by (M, Q, b) and the Bayes posterior of a
     discrete law (the constructed Bayes-softmax, SPEC §6): :func:`~headspec.core.exact.
@@ -219,11 +223,13 @@ def exact_risk_of(pred: Predictor, law: LatentLaw, L: int, quad: Quadrature | No
         >>> law = Discrete([[2.0, 0.0], [0.0, 2.0]], [0.6, 0.4])
         >>> round(exact_risk_of(Posterior(law), law, L=10), 5)
         0.27508
+        >>> value, err = exact_risk_of(Posterior(law), law, L=10, certify=True)
+        >>> bool(err < 1e-8)
+        True
     """
-    if isinstance(pred, Zero):
-        return 0.5
-    if isinstance(pred, Uniform):
-        return 0.5 * (1.0 - 1.0 / L)
+    closed = {Zero: lambda: 0.5, Uniform: lambda: 0.5 * (1.0 - 1.0 / L)}.get(type(pred))
+    if closed is not None:
+        return (closed(), 0.0) if certify else closed()
     if isinstance(pred, Posterior):
         if not law.n_atoms:
             return None
@@ -232,10 +238,10 @@ def exact_risk_of(pred: Predictor, law: LatentLaw, L: int, quad: Quadrature | No
         return None
     try:
         model = Model(pred.activation, law, L)
-        r = exact_risk(pred.M, pred.Q, pred.b, model, quad or Quadrature())
+        r = exact_risk(pred.M, pred.Q, pred.b, model, quad or Quadrature(), certify=certify)
     except (TypeError, ValueError):  # an activation, law or size the quadrature does not cover
         return None
-    return float(r.mean)
+    return (float(r.mean), float(r.err)) if certify else float(r.mean)
 
 
 @float64

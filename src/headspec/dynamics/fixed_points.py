@@ -45,6 +45,7 @@ import numpy as np
 
 from headspec.core.linalg import psd_root, qr
 from headspec.core.precision import float64
+from headspec.core.quadrature import error_bound
 from headspec.core.stats import sample_mean_se
 from headspec.dynamics.jacobian import drift_integrand
 from headspec.dynamics.problem import DriftProblem, Exact, OrderParameters, flatten
@@ -167,7 +168,8 @@ class FixedPoint(NamedTuple):
     state: OrderParameters  # the full state (H heads)
     sizes: tuple[int, ...]  # group sizes
     drift: Array  # (p,) reduced drift (dM, upper triangle of dQ, db) at the state
-    drift_se: Array  # (p,) its standard errors (at least the method's accuracy)
+    drift_se: Array  # (p,) its standard errors (at least the method's accuracy and, exact
+    #: method, the quadrature's error bound at the state)
     risk: float  # D → ∞ risk of the state by the problem's method
     steps: int  # least-squares iterations
     converged: bool  # the solver met its tolerance
@@ -229,6 +231,9 @@ def find_fixed_point(
     terms = _residual_terms(sol.value, args)  # (n, p)
     mean = terms.mean(0)
     se = sample_mean_se(terms)[1] if terms.shape[0] > 1 else jnp.zeros_like(mean)
+    if isinstance(problem.method, Exact):  # and the quadrature's error bound at the solution
+        fine = _residual_terms(sol.value, (sizes, F, problem.refined())).mean(0)
+        se = jnp.maximum(se, error_bound(mean, fine))
     full = expand(red, sizes)
     return FixedPoint(
         state=full,

@@ -48,6 +48,7 @@ import numpy as np
 from headspec.core.linalg import psd_root
 from headspec.core.observables import sample_loss, token_projections
 from headspec.core.precision import float64
+from headspec.core.quadrature import FLOOR, SAFETY
 from headspec.core.stats import sample_mean_se
 from headspec.dynamics.problem import (
     DriftProblem,
@@ -72,6 +73,9 @@ class Jacobian(NamedTuple):
     J_se: Array  # (P, P)
     J_samples: Array | None = None  # (n, P, P) per-sample terms (``keep_samples=True``)
     accuracy: float = 0.0  # absolute accuracy of J's entries beyond J_se (the exact method's)
+    #: (P, P) the exact part's J on the refined rule minus on the method's (None: sampled); its
+    #: effect on each eigenvalue is that eigenvalue's error bound (:func:`modes`)
+    J_diff: Array | None = None
 
 
 def drift_integrand(lam, nu, b, problem: DriftProblem, *, linear: bool = True):
@@ -144,12 +148,14 @@ def drift_jacobian(
     H, F = M.shape
     P = H * F + H * H + H
     exact = isinstance(problem.method, Exact)
+    x = flatten(OrderParameters(M, Q, b))
     if exact and not problem.eta2:
-        value, J = _exact_part(problem, flatten(OrderParameters(M, Q, b)), H, F)
+        value, J = _exact_part(problem, x, H, F)
         zeros = jnp.zeros_like
         samples = J[None] if keep_samples else None
         acc = problem.method.jacobian_accuracy
-        return Jacobian(value, J, zeros(value), zeros(J), samples, acc)
+        diff = _exact_part(problem.refined(), x, H, F)[1] - J
+        return Jacobian(value, J, zeros(value), zeros(J), samples, acc, diff)
     base, law = problem.base, problem.law
     S = psd_root(Q - M @ M.T)  # (H, H): only to draw λ; never differentiated
 
@@ -167,13 +173,15 @@ def drift_jacobian(
     J = jnp.concatenate(
         [J_M.reshape(-1, P, H * F), 0.5 * T.reshape(-1, P, H * H), Jb], axis=2
     )  # (n, P, P)
+    diff = None
     if exact:  # add the exact η-linear part to every sample's η² part
-        lin, J_lin = _exact_part(problem, flatten(OrderParameters(M, Q, b)), H, F)
+        lin, J_lin = _exact_part(problem, x, H, F)
         value, J = value + lin, J + J_lin
+        diff = _exact_part(problem.refined(), x, H, F)[1] - J_lin
     F_mean, F_se = sample_mean_se(value)
     J_mean, J_se = sample_mean_se(J)
     acc = problem.method.jacobian_accuracy
-    return Jacobian(F_mean, J_mean, F_se, J_se, J if keep_samples else None, acc)
+    return Jacobian(F_mean, J_mean, F_se, J_se, J if keep_samples else None, acc, diff)
 
 
 def symmetric_coordinates(H: int, F: int) -> tuple[np.ndarray, np.ndarray]:
@@ -204,7 +212,10 @@ class Mode(NamedTuple):
     common: float  # fraction of |vector|² in the head-permutation-symmetric subspace
     feature_weights: np.ndarray  # (F,) share of the M-part of the vector on each feature
     zero: bool  # an exact zero mode (|eigenvalue| ≤ 1e-9·|J|): a symmetry, e.g. softmax's biases
-    se: float  # standard error of the eigenvalue's real part (delta method; NaN without samples)
+    #: the real part's uncertainty: its standard error (delta method; NaN without samples) and
+    #: its quadrature error bound ``err`` combined in quadrature
+    se: float
+    err: float = 0.0  # the real part's quadrature error bound (exact method; 0: sampled)
 
 
 def _common_part(v: np.ndarray, H: int, F: int) -> np.ndarray:
@@ -238,6 +249,7 @@ def modes(jac: Jacobian, H: int, F: int) -> list[Mode]:
     # an exact symmetry's eigenvalue is zero to round-off, or to the method's accuracy
     tiny = max(1e-9 * max(1.0, float(np.linalg.norm(Js))), 3 * jac.accuracy)
     samples = None if jac.J_samples is None else np.asarray(jac.J_samples)
+    diff = None if jac.J_diff is None else R @ np.asarray(jac.J_diff) @ E
     out = []
     for k in np.argsort(-w.real):
         v = E @ np.real_if_close(V[:, k])
@@ -246,12 +258,17 @@ def modes(jac: Jacobian, H: int, F: int) -> list[Mode]:
         c = _common_part(v, H, F)
         m = v[: H * F].reshape(H, F)
         fw = (m**2).sum(0)
-        se = float("nan")
-        if samples is not None:  # δλ = uᴴ δJ v / (uᴴ v) per sample, then its standard error
-            u, vk = U[:, k], V[:, k]
+        se, err = float("nan"), 0.0
+        u, vk = U[:, k], V[:, k]
+        if diff is not None:  # first order: δλ = uᴴ δJ v / (uᴴ v) for δJ = J(refined) − J
+            dlam = (u.conj() @ diff @ vk) / (u.conj() @ vk)
+            err = SAFETY * abs(float(np.real(dlam))) + FLOOR * max(1.0, abs(w[k]))
+        if samples is not None:  # δλ per sample, then its standard error
             per = np.einsum("i,nij,j->n", u.conj(), R @ samples @ E, vk) / (u.conj() @ vk)
             se = float(np.std(per.real, ddof=1) / np.sqrt(per.size)) if per.size > 1 else 0.0
-            se = float(np.hypot(se, jac.accuracy))  # and the method's own accuracy
+            # and the quadrature's error: measured where there is a refined rule, else the
+            # method's stated accuracy
+            se = float(np.hypot(se, err if diff is not None else jac.accuracy))
         out.append(
             Mode(
                 eigenvalue=complex(w[k]),
@@ -260,6 +277,7 @@ def modes(jac: Jacobian, H: int, F: int) -> list[Mode]:
                 feature_weights=fw / fw.sum() if fw.sum() > 0 else fw,
                 zero=bool(abs(w[k]) <= tiny),
                 se=se,
+                err=err,
             )
         )
     return out

@@ -25,6 +25,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -36,6 +37,7 @@ from headspec.core.latent import LatentLaw
 from headspec.core.linalg import eigvalsh
 from headspec.core.observables import BaseSamples, Observation, population_risk
 from headspec.core.precision import float64, float64_context
+from headspec.core.quadrature import error_bound
 from headspec.dynamics.problem import (
     Drift,
     DriftProblem,
@@ -47,7 +49,7 @@ from headspec.dynamics.problem import (
 )
 
 __all__ = [
-    "Drift", "DriftProblem", "Exact", "OrderParameters", "Sampled", "Solver",
+    "Drift", "DriftProblem", "Exact", "Integration", "OrderParameters", "Sampled", "Solver",
     "drift_and_jacobian", "flatten", "integrate", "unflatten",
 ]  # fmt: skip
 
@@ -154,7 +156,43 @@ def _segment(y, t0, t1, args, solver: Solver):
 CHUNKS = 8  # the exact method's grid is integrated in this many solves (progress between them)
 
 
-def _integrate_in_chunks(y0, ts, args, solver: Solver, fail_t, record) -> int:
+class Integration(NamedTuple):
+    """What :func:`integrate` returns."""
+
+    obs: list[Observation]  # one per grid point
+    fail_t: np.ndarray  # (S,) each seed's failure time (NaN: none)
+    n_steps: int  # solver steps (max over seeds, summed over solves)
+    #: (S, K) the exact method's vector-field error bound (largest entry of
+    #: :func:`~headspec.core.quadrature.error_bound` of the field and the field on the refined
+    #: rule) at the K times ``err_t`` between its solves; (S, 0) for a sampled method
+    drift_err: np.ndarray
+    err_t: np.ndarray  # (K,)
+
+    def path_err(self) -> np.ndarray:
+        """(S,) ∫ drift_err dt over the run (trapezoid over ``err_t``): the state error the
+        quadrature's errors add up to when none is amplified (a plateau's unstable direction
+        amplifies them by e^{λt}; the ODE's own tolerances are separate). NaN: not measured."""
+        if self.drift_err.shape[1] < 2:
+            return np.full(self.drift_err.shape[0], np.nan)
+        e, t = self.drift_err, self.err_t
+        return np.sum(0.5 * (e[:, 1:] + e[:, :-1]) * np.diff(t), axis=1)
+
+
+@eqx.filter_jit
+def _field_error(y, t, args):
+    """Every seed's vector-field error bound at time t (its largest entry): (S,)."""
+    problem, schedule = args
+    fine = problem.refined()
+
+    def one(M, Q, b):
+        st = OrderParameters(M, Q, b)
+        f, g = problem.field_at(st, schedule(t)), fine.field_at(st, schedule(t))
+        return jnp.max(flatten(OrderParameters(*error_bound(f, g))))
+
+    return jax.vmap(one)(*y)
+
+
+def _integrate_in_chunks(y0, ts, args, solver: Solver, fail_t, record, check) -> int:
     """The exact method's integration: each seed solved through ``CHUNKS`` stretches of the grid,
     each one diffrax solve that saves at its grid points (padded to one length: one program), so
     the step size carries over between grid points. Per grid point a solver restart costs an
@@ -165,6 +203,7 @@ def _integrate_in_chunks(y0, ts, args, solver: Solver, fail_t, record) -> int:
     c = max(1, -(-(n - 1) // CHUNKS))  # grid points per solve
     y, alive, n_steps = y0, np.ones(S, bool), 0
     record(y, ts[0])
+    check(y, ts[0])
     for i in range(1, n, c):
         chunk = np.asarray(ts[i : i + c], np.float64)
         m = len(chunk)
@@ -177,6 +216,7 @@ def _integrate_in_chunks(y0, ts, args, solver: Solver, fail_t, record) -> int:
             alive &= ok[:, k]
             y = _keep_alive(jnp.asarray(alive), jax.tree.map(lambda a, k=k: a[:, k], ys), y)
             record(y, chunk[k])
+        check(y, chunk[-1])
     return n_steps
 
 
@@ -220,15 +260,17 @@ def integrate(
     *,
     solver: Solver | None = None,
     progress: Callable[[float, float], None] | None = None,
-) -> tuple[list[Observation], np.ndarray, int]:
+) -> Integration:
     """Integrate every initial state of ``y0`` (leading seed axis) along the grid ``ts``: the
     drift of ``problem`` at learning rates η·schedule(t), stepped by ``solver`` (default
     :class:`Solver`: rtol 1e-5, atol 1e-7, 100 000 steps).
 
-    Returns the observations at each grid point (NumPy; the risk on ``risk_base``, no held-out
-    loss), each seed's failure time (NaN if none: the solver failed or the state became
-    non-finite; the seed's state is kept at its last good value) and the solver steps taken
-    (max over seeds, summed over segments). ``progress(t, T)`` is called at every grid point.
+    Returns an :class:`Integration`: the observations at each grid point (NumPy; the risk on
+    ``risk_base``, no held-out loss), each seed's failure time (NaN if none: the solver failed
+    or the state became non-finite; the seed's state is kept at its last good value), the
+    solver steps taken (max over seeds, summed over segments) and, for the exact method, the
+    vector field's error bound between its solves (one more compiled program, ≈ 2 s; a few
+    evaluations). ``progress(t, T)`` is called at every grid point.
     """
     S = y0.M.shape[0]
     law = problem.law
@@ -258,8 +300,14 @@ def integrate(
             progress(float(t), float(ts[-1]))
 
     if isinstance(problem.method, Exact):
-        n_steps = _integrate_in_chunks(y0, ts, args, solver, fail_t, record)
-        return obs, fail_t, n_steps
+        errs, err_t = [], []
+
+        def check(y, t):
+            errs.append(np.asarray(_field_error(y, jnp.asarray(t, jnp.float64), args)))
+            err_t.append(float(t))
+
+        n_steps = _integrate_in_chunks(y0, ts, args, solver, fail_t, record, check)
+        return Integration(obs, fail_t, n_steps, np.stack(errs, 1), np.asarray(err_t))
     y = y0
     alive = np.ones(S, bool)
     n_steps = 0
@@ -274,4 +322,4 @@ def integrate(
             alive &= ok
             y = _keep_alive(jnp.asarray(alive), y_new, y)
         record(y, t)
-    return obs, fail_t, n_steps
+    return Integration(obs, fail_t, n_steps, np.zeros((S, 0)), np.zeros(0))

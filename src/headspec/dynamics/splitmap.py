@@ -404,7 +404,9 @@ def excursion(
     ts = np.concatenate([[0.0], np.geomspace(min(1.0, T / 10), T, points)])
     starts = [_nudge(point.state, point.lead_vector, s * eps) for s in (1.0, -1.0)]
     y0 = OrderParameters(*(jnp.stack([jnp.asarray(st[k]) for st in starts]) for k in range(3)))
-    obs, fail_t, _ = integrate(y0, ts, problem, problem.base, Constant(), solver=Solver(1e-6, 1e-8))
+    obs, fail_t, *_ = integrate(
+        y0, ts, problem, problem.base, Constant(), solver=Solver(1e-6, 1e-8)
+    )
     dirs = np.asarray(directions, np.float64)
     out = []
     for s, sign in enumerate((1, -1)):

@@ -229,6 +229,12 @@ def _table(found, sd):
             text = describe_mode(lead, H, F, with_heads=mult == 1)
             words.append(f"{k + 1}: {text}" + (f" (×{mult}, degenerate)" if mult > 1 else ""))
     notes = ["leading modes — " + "; ".join(words)] if words else []
+    bounds = [f"{k + 1}: {s.leading.err:.1e}" for k, s in enumerate(found)
+              if s.leading is not None and s.leading.err > 0]  # fmt: skip
+    if bounds:
+        notes.append(
+            "quadrature error bound of the leading λ (in its ± s.e.) — " + "; ".join(bounds)
+        )
     notes.append(
         "z: largest |drift|/s.e. at the fixed point (fixed: the solver converged and z ≤ 3, "
         "within Monte-Carlo error; else quasi-fixed); unstable: Re λ > 3 s.e.; zero modes: "
