@@ -125,6 +125,7 @@ def solve(cfg, progress: Callable[[float, float], None] | None = None, schedule=
         schedule or build.schedule(cfg.train.schedule),
         solver=ode.Solver(cfg.theory.rtol, cfg.theory.atol, cfg.theory.max_steps),
         progress=progress,
+        certify=cfg.theory.certify,
     )
     obs, fail_t, n_steps = run.obs, run.fail_t, run.n_steps
     failed = np.isfinite(fail_t)

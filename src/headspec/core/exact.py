@@ -72,6 +72,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import NamedTuple
 
@@ -85,6 +86,7 @@ from headspec.core.latent import Gaussian, LatentLaw
 from headspec.core.model import Model
 from headspec.core.precision import float64
 from headspec.core.quadrature import (
+    SPACING,
     X_CUT,
     Quadrature,
     error_bound,
@@ -186,11 +188,18 @@ def _per_head_risk(M, Q, b, law, L, quad, *, kappa, c):
 
 
 # --------------------------------------------------- all heads at one w: E Π_h g_{a_h}(w + s_h)
-def _bayes_risk(M, Q, b, law, L, quad, *, c):
+def _bayes_risk(M, Q, b, law, L, quad, *, c, factor=None, n_z=0):
     """R given each hidden-token law (K,) for Bayes-softmax: one softmax over tokens of the
-    scores y_l = log Σ_h e^{s_hl}, whose token factors E g_a(w + y) expand into multi-head
-    moments: g_0(w + y) = Π_h g_0(w + s_h), g_1(w + y) = Σ_h e^{w+s_h} Π_h' g_0(w + s_h'),
-    g_2(w + y) = (Σ_h e^{w+s_h})² Π_h' g_0(w + s_h')."""
+    scores y_l = log Σ_h e^{s_hl}, whose token factors are E g_a(w + y), a = 0, 1, 2. With
+    S = Σ_h e^{w+s_h}: g_0(w + y) = e^{−S} = Π_h g_0(w + s_h), g_1(w + y) = S e^{−S},
+    g_2(w + y) = S² e^{−S}.
+
+    Without ``factor`` they expand into the multi-head moments E Π_h g_{a_h}(w + s_h)
+    (:func:`~headspec.core.quadrature.moments_multi`: differentiable, cost n_bayes^{H−1}).
+    With ``factor`` B (H, r), B Bᵀ = Q, of a discrete law (every token's covariance is Q):
+    s = m + B z, z ~ N(0, I_r) on a tensor trapezoid grid of ``n_z`` nodes per axis, and S e^{−S}
+    etc. evaluated there directly — cost n_z^r · H per token law and w, whatever H (no
+    derivatives: B is a concrete factor)."""
     H = M.shape[0]
     hm, hC, _, _ = _hidden(M, Q, b, law)  # (K, H), (K, H, H)
     K = hm.shape[0]
@@ -208,20 +217,57 @@ def _bayes_risk(M, Q, b, law, L, quad, *, c):
     om1 = base.at[0].set(first_weight(h, 1.0))
     om2 = base.at[0].set(first_weight(h, 2.0))
     tok_m = jnp.concatenate([b[None], hm])  # (1+K, H): noise first
-    tok_C = jnp.concatenate([Q[None], hC])  # (1+K, H, H)
-    T = moments_multi(tok_m, tok_C, jnp.broadcast_to(w, (1 + K, nw)), 3, quad)  # (1+K, 3…3, n_w)
-    zero = (0,) * H
-    unit = [tuple(int(j == i) for j in range(H)) for i in range(H)]
-    e0 = T[(slice(None), *zero)]  # (1+K, n_w)
-    e1 = sum(T[(slice(None), *u)] for u in unit)
-    e2 = sum(T[(slice(None), *(x + y for x, y in zip(u, v, strict=True)))]
-             for u in unit for v in unit)  # fmt: skip
+    if factor is None:
+        tok_C = jnp.concatenate([Q[None], hC])  # (1+K, H, H)
+        W = jnp.broadcast_to(w, (1 + K, nw))
+        T = moments_multi(tok_m, tok_C, W, 3, quad)  # (1+K, 3…3, n_w)
+        zero = (0,) * H
+        unit = [tuple(int(j == i) for j in range(H)) for i in range(H)]
+        e0 = T[(slice(None), *zero)]  # (1+K, n_w)
+        e1 = sum(T[(slice(None), *u)] for u in unit)
+        e2 = sum(T[(slice(None), *(x + y for x, y in zip(u, v, strict=True)))]
+                 for u in unit for v in unit)  # fmt: skip
+    else:
+        e0, e1, e2 = _low_rank_factors(tok_m, factor, w, n_z, quad.window)  # (1+K, n_w) ×3
     en, eh = (e0[0], e1[0], e2[0]), (e0[1:], e1[1:], e2[1:])
     n0 = en[0]  # (n_w,)
     EA0 = jnp.sum(om1 * eh[1] * n0 ** (L - 1), -1)  # (K,)
     EA0sq = jnp.sum(om2 * eh[2] * n0 ** (L - 1), -1)  # (K,)
     EA1sq = jnp.sum(om2 * en[2] * n0 ** (L - 2) * eh[0], -1)  # (K,)
     return 0.5 * c**2 * (EA0sq + (L - 1) * EA1sq) - c * EA0 + 0.5  # (K,)
+
+
+def _low_rank_factors(tok_m: Array, B: Array, w: Array, n_z: int, window: float):
+    """E[S^a e^{−S}], S = Σ_h e^{w + s_h}, s = m + B z, a = 0, 1, 2, per token law and w:
+    (1+K, n_w) ×3, on the tensor trapezoid grid of n_z nodes per axis of z ∈ [−window, window]^r
+    (normalised Gaussian weights), one w at a time (memory n_z^r · H)."""
+    r = B.shape[1]
+    z1 = jnp.linspace(-window, window, n_z, dtype=B.dtype)  # (n_z,)
+    p1 = jnp.exp(-0.5 * z1**2)
+    p1 = p1 / p1.sum()
+    grids = jnp.meshgrid(*([z1] * r), indexing="ij")
+    Z = jnp.stack([g.ravel() for g in grids], 1)  # (n_z^r, r)
+    P = functools.reduce(jnp.multiply, jnp.meshgrid(*([p1] * r), indexing="ij")).ravel()
+    X = tok_m[:, None, :] + (Z @ B.T)[None]  # (1+K, n_z^r, H) scores
+    c = jnp.max(X)  # e^{w + x} = e^{w + c} e^{x − c}: no overflow before the sum
+    E = jnp.exp(X - c)  # (1+K, n_z^r, H)
+    Esum = E.sum(-1)  # (1+K, n_z^r)
+
+    def at(wi):  # (1+K,) ×3 at one w
+        S = jnp.minimum(jnp.exp(jnp.clip(wi + c, -300.0, 300.0)) * Esum, 1e20)  # (1+K, n_z^r)
+        g0 = jnp.exp(-S) * P
+        return g0.sum(-1), (S * g0).sum(-1), (S * S * g0).sum(-1)
+
+    e0, e1, e2 = jax.lax.map(at, w)  # (n_w, 1+K) ×3
+    return e0.T, e1.T, e2.T
+
+
+def low_rank_factor(Q, tol: float = 1e-10) -> np.ndarray:
+    """B (H, r) with B Bᵀ = Q for a concrete PSD Q, r its numerical rank (eigenvalues above
+    tol·max): the factor of :func:`_bayes_risk`'s low-rank route."""
+    vals, vecs = np.linalg.eigh(0.5 * (np.asarray(Q) + np.asarray(Q).T))
+    keep = vals > tol * max(float(vals.max()), 1e-300)
+    return vecs[:, keep] * np.sqrt(vals[keep])
 
 
 # ----------------------------------------------------------------------------------- the API
@@ -265,8 +311,12 @@ def exact_risk(
     :func:`~headspec.core.quadrature.error_bound` of the two (else NaN: not estimated).
 
     Bayes-softmax with H ≥ 2 heads costs n_w_bayes · n_bayes^{H−1} · 25 numbers per token law with
-    a gradient; beyond 5e7 it is refused (H = 4: pass ``Quadrature(n_bayes=24)``, accurate only
-    while 14·√Q_hh/23 ≲ 0.5).
+    a gradient; beyond 5e7 (H ≥ 4 at the default nodes) a discrete law's risk takes the low-rank
+    route instead where it can: every token's covariance is Q, so with Q = B Bᵀ of rank r the
+    scores are m + Bz, z ∈ R^r, and the cost is n_z^r · H per token law and w — polynomial in H
+    (the constructed Bayes-softmax of J atoms in F dimensions has r ≤ F). That route needs
+    concrete arguments (no gradient through it); where it does not apply (a traced or full-rank
+    Q too large for it, a Gaussian law) the call is refused, naming the size.
     """
     activation, law, L = model.activation, model.law, model.L
     if L < 2:
@@ -277,18 +327,56 @@ def exact_risk(
         raise TypeError(f"exact_risk needs a discrete or Gaussian law, got {type(law).__name__}")
     H = np.shape(M)[0]
     work = quad.n_w_bayes * quad.n_bayes ** (H - 1) * 25
-    if isinstance(activation, BayesSoftmax) and H > 1 and work > 5e7:
+    low_rank = isinstance(activation, BayesSoftmax) and H > 1 and work > 5e7
+    if low_rank and _low_rank_nodes(M, Q, law, quad) is None:
         raise ValueError(
             f"Bayes-softmax with H = {H} heads would need {work:.2g} numbers per token law "
-            f"(n_w_bayes·n_bayes^(H−1)·25); pass Quadrature(n_bayes=…) with fewer nodes"
+            f"(n_w_bayes·n_bayes^(H−1)·25), and the low-rank route does not apply (it needs a "
+            f"discrete law and a concrete Q of low rank); pass Quadrature(n_bayes=…) with "
+            f"fewer nodes"
         )
     M = jnp.asarray(M, jnp.float64)
     Q = jnp.asarray(Q, jnp.float64)
     b = jnp.asarray(b, jnp.float64).reshape(M.shape[0])
-    mean, by_atom = _exact_risk(M, Q, b, model, quad)
+
+    def evaluate(quad: Quadrature):
+        if not low_rank:
+            return _exact_risk(M, Q, b, model, quad)
+        B, n_z = _low_rank_nodes(M, Q, law, quad)
+        return _low_rank_risk(M, Q, b, jnp.asarray(B, jnp.float64), model, quad, n_z)
+
+    mean, by_atom = evaluate(quad)
     if not certify:
-        return ExactRisk(
-            mean, by_atom, jnp.full_like(mean, jnp.nan), jnp.full_like(by_atom, jnp.nan)
-        )
-    err = error_bound((mean, by_atom), _exact_risk(M, Q, b, model, quad.refined()))
+        nan = jnp.nan
+        return ExactRisk(mean, by_atom, jnp.full_like(mean, nan), jnp.full_like(by_atom, nan))
+    err = error_bound((mean, by_atom), evaluate(quad.refined()))
     return ExactRisk(mean, by_atom, *err)
+
+
+LOW_RANK_SIZE = 2e7  # the low-rank route's largest grid: n_z^r · H · (1 + atoms) numbers
+
+
+def _low_rank_nodes(M, Q, law, quad: Quadrature):
+    """(B, n_z) of the low-rank route, or None where it does not apply (a traced argument, a
+    Gaussian law, a grid above :data:`LOW_RANK_SIZE`). n_z: the score grids' spacing rule
+    (≤ SPACING along every axis of z), at least ``n_bayes``, scaled by n_bayes/64 so that a
+    refined rule refines z too."""
+    if isinstance(Q, jax.core.Tracer) or isinstance(M, jax.core.Tracer) or not law.n_atoms:
+        return None
+    B = low_rank_factor(Q)  # (H, r)
+    H, r = B.shape
+    reach = 2 * quad.window * float(np.abs(B).max(initial=0.0)) / SPACING + 1
+    n_z = int(np.ceil(max(quad.n_bayes, reach * quad.n_bayes / 64)))
+    if n_z**r * H * (1 + law.n_atoms) > LOW_RANK_SIZE:
+        return None
+    return B, n_z
+
+
+@eqx.filter_jit
+def _low_rank_risk(M, Q, b, B, model: Model, quad: Quadrature, n_z: int):
+    """:func:`exact_risk` of Bayes-softmax heads by the low-rank route (see there)."""
+    H = M.shape[0]
+    c = 1.0 / H if model.activation.aggregation == "mean" else 1.0
+    per = _bayes_risk(M, Q, b, model.law, model.L, quad, c=c, factor=B, n_z=n_z)
+    _, _, weights, _ = _hidden(M, Q, b, model.law)
+    return weights @ per, per  # (), (J,)

@@ -214,9 +214,10 @@ def exact_risk_of(
 
     ŷ = 0: ½; uniform attention: ½(1 − 1/L); heads given by (M, Q, b) and the Bayes posterior of a
     discrete law (the constructed Bayes-softmax, SPEC §6): :func:`~headspec.core.exact.
-    exact_risk` by quadrature (accurate to ~1e-8 at the default nodes). ``None`` for the posterior
-    of a Gaussian law (no finite Bayes-softmax) and for Bayes-softmax heads beyond the
-    quadrature's reach (H ≥ 4 atoms); a Monte-Carlo estimate is then the only one.
+    exact_risk` by quadrature (four or more atoms by its low-rank route). ``None`` for the
+    posterior of a Gaussian law (no finite Bayes-softmax) and for Bayes-softmax heads beyond
+    the quadrature's reach (H ≥ 4 heads with a Q of high rank); a Monte-Carlo estimate is then
+    the only one.
 
     Example:
         >>> from headspec.core.latent import Discrete

@@ -398,6 +398,13 @@ class TheoryOptions(StrictModel):
     max_steps: Annotated[int, Strict(), Field(ge=1)] = Field(
         100_000, description="solver steps allowed between two grid points"
     )
+    certify: bool = Field(
+        False,
+        description="exact method: record the vector field's quadrature error bound between "
+        "the solver's solves and its integral over the path (result attributes "
+        "quadrature_drift_err, quadrature_path_err); costs a second compiled program (≈ 7 s "
+        "at H = 4), hence off by default",
+    )
     init: Init = Field(default_factory=PerturbedInit)
     _sampler = model_validator(mode="before")(lambda data: _legacy_sampler(data))
     head_cyclic: Literal["auto"] | bool = Field(
