@@ -1,7 +1,7 @@
 """Every deterministic number carries an error bound that covers its true error (issue 52).
 
 The exact method's values — the risk, the η-linear drift, the Jacobian's eigenvalues, a fixed
-point's residual, the ODE's vector field — come with ``quadrature.error_bound``:
+point's residual, the ODE's vector field — come with ``accuracy.error_bound``:
 SAFETY (2) × |value − the same value on ``Quadrature.refined()`` (1.4× the nodes)| + a round-off
 floor. The rules converge exponentially in their node counts, so the refined value's own error is
 far smaller than the difference and the bound is ≈ 2× the true error. Here the "true" error is
@@ -25,13 +25,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from headspec.core.accuracy import reach
 from headspec.core.attention import BayesSoftmax, Softmax, Softmax1
 from headspec.core.exact import Quadrature, exact_risk
 from headspec.core.latent import Discrete
 from headspec.core.model import Model
 from headspec.core.observables import BaseSamples, population_risk
 from headspec.core.precision import float64_context
-from headspec.core.quadrature import reach
 from headspec.dynamics.problem import DriftProblem, Exact, OrderParameters, Sampled
 
 ACTIVATIONS = {"softmax": Softmax(), "softmax1": Softmax1(), "bayes": BayesSoftmax()}

@@ -146,9 +146,9 @@ def solve(cfg, progress: Callable[[float, float], None] | None = None, schedule=
 def _beyond_reach(problem, ts, obs) -> dict:
     """For the exact drift: its reach in Q_hh and the first grid time at which a seed's state
     was beyond it (NaN: never), where the drift fell back to sampling (``Exact.in_reach``)."""
-    reach = getattr(problem.method, "reach", None)
-    if reach is None:
+    if not hasattr(problem.method, "reach_of"):
         return {}
+    reach = problem.method.reach_of(problem.activation)
     qmax = np.array([np.max(np.diagonal(o.Q, axis1=-2, axis2=-1)) for o in obs])  # (T,)
     beyond = np.flatnonzero(qmax > reach)
     return {"exact_reach": float(reach),

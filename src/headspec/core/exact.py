@@ -81,15 +81,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from headspec.core.accuracy import SPACING, error_bound
 from headspec.core.attention import BayesSoftmax, Softmax, Softmax1
 from headspec.core.latent import Gaussian, LatentLaw
 from headspec.core.model import Model
 from headspec.core.precision import float64
 from headspec.core.quadrature import (
-    SPACING,
     X_CUT,
     Quadrature,
-    error_bound,
     first_weight,
     moments1,
     moments2,
@@ -148,7 +147,7 @@ def _per_head_risk(M, Q, b, law, L, quad, *, kappa, c):
     e = moments1(
         tok_m.T.reshape(-1), tok_v.T.reshape(-1), jnp.repeat(w, T, axis=0), 3, quad.n_s,
         quad.window,
-    ).reshape(H, T, 3, quad.n_w)  # fmt: skip
+    ).reshape(H, T, 3, w.shape[1])  # fmt: skip
     en = e[:, 0]  # (H, 3, n_w) noise
     eh = e[:, 1:]  # (H, K, 3, n_w) hidden
     n0 = en[:, None, 0]  # (H, 1, n_w)
@@ -175,7 +174,7 @@ def _per_head_risk(M, Q, b, law, L, quad, *, kappa, c):
         pC = jnp.concatenate([pC_n, pC_h], 1).reshape(P * T, 2, 2)  # (P·T, 2, 2)
         pw = jnp.repeat(w[i1], T, axis=0)  # (P·T, n_w)
         pv = jnp.repeat(w[i2], T, axis=0)  # (P·T, n_w)
-        F = moments2(pm, pC, pw, pv, 2, quad).reshape(P, T, 2, 2, quad.n_w, quad.n_w)
+        F = moments2(pm, pC, pw, pv, 2, quad).reshape(P, T, 2, 2, w.shape[1], w.shape[1])
         Fn00, Fn11 = F[:, 0, 0, 0], F[:, 0, 1, 1]  # (P, n_w, n_w)
         Fh00, Fh11 = F[:, 1:, 0, 0], F[:, 1:, 1, 1]  # (P, K, n_w, n_w)
         omp = om1[i1][:, :, None] * om1[i2][:, None, :]  # (P, n_w, n_w)
@@ -308,7 +307,7 @@ def exact_risk(
 
     ``certify``: also evaluate the rule :meth:`~headspec.core.quadrature.Quadrature.refined`
     (≈ 2–3× the cost) and give ``err``/``by_atom_err`` as
-    :func:`~headspec.core.quadrature.error_bound` of the two (else NaN: not estimated).
+    :func:`~headspec.core.accuracy.error_bound` of the two (else NaN: not estimated).
 
     Bayes-softmax with H ≥ 2 heads costs n_w_bayes · n_bayes^{H−1} · 25 numbers per token law with
     a gradient; beyond 5e7 (H ≥ 4 at the default nodes) a discrete law's risk takes the low-rank

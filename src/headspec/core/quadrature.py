@@ -35,22 +35,25 @@ sg = jax.lax.stop_gradient
 
 X_CUT = 3.3  # g_0(x) = exp(−e^x) < 2e-12 beyond this x
 EPS_TAIL = 1e-12  # the mass left out by the grids' upper ends
-#: node-count factor of the refined rule of :func:`error_bound` (cost ≈ 2–3× the rule's)
+#: node-count factor of the refined rule of :func:`~headspec.core.accuracy.error_bound`
+#: (cost ≈ 2–3× the rule's)
 REFINE = 1.4
 
 
 class Quadrature(eqx.Module):
     """Node counts and tolerances of :func:`exact_risk` (all static: one compilation each).
 
-    The accuracy is set by the score grids' spacing 2·window·√Q_hh/(n_s − 1): below ≈ 0.5 the
-    risk and its gradient converge to ≲ 1e-9 (measured at E1's states, benchmarks/
-    bench_exact.py); above it the error grows fast (4e-6 in ∇R at 0.62). The defaults keep
-    √Q_hh ≤ 5.6 (Q_hh ≤ 32) below that spacing; for larger keys raise n_s ≈ 28·√Q_hh (the cost
-    grows linearly in n_s). n_w sets the log-u grids (48: ∇R to ≈ 3e-9 on E1's common phase,
-    64: to 1e-12, at 1.4× the cost).
+    The accuracy is set by the grids' spacings, which grow like √Q_hh
+    (:func:`~headspec.core.accuracy.reach`: up to Q_hh = 25 for softmax, 19.9 for softmax-1 and
+    16 for Bayes-softmax at the defaults, R and ∇R stay within ≈ 5e-7 of a much finer rule,
+    typically 1e-8 or better; at E1's states ≲ 1e-9). For larger keys raise n_s ≈ 32·√Q_hh
+    (softmax; the cost grows linearly in n_s), n_w_one (softmax-1) or n_bayes (Bayes-softmax).
+    n_w sets softmax's log-u grids (48: ∇R to ≈ 3e-9 on E1's common phase, 64: to 1e-12, at
+    1.4× the cost); softmax-1 needs more (its e^{−u} factor: 64 by default, 1.6× the cost of 48).
     """
 
-    n_w: int = eqx.field(static=True, default=48)  # log-u nodes per head (softmax, softmax-1)
+    n_w: int = eqx.field(static=True, default=48)  # log-u nodes per head (softmax)
+    n_w_one: int = eqx.field(static=True, default=64)  # log-u nodes per head (softmax-1)
     n_s: int = eqx.field(static=True, default=160)  # nodes per score grid
     n_inner: int = eqx.field(static=True, default=64)  # inner nodes of the blurred-kernel tables
     n_table: int = eqx.field(static=True, default=512)  # nodes of those tables
@@ -62,50 +65,19 @@ class Quadrature(eqx.Module):
 
     def refined(self, factor: float = REFINE) -> Quadrature:
         """The same rule with every node count × ``factor``: the second rule of
-        :func:`error_bound` (its error is far below this one's wherever the rule converges:
-        the trapezoid rules here converge exponentially in the node counts).
+        :func:`~headspec.core.accuracy.error_bound` (its error is far below this one's wherever
+        the rule converges: the trapezoid rules here converge exponentially in the node counts).
 
         >>> Quadrature().refined().n_s, Quadrature().refined().n_w
         (224, 67)
         """
         r = lambda n: max(3, round(n * factor))  # noqa: E731
         return Quadrature(
-            n_w=r(self.n_w), n_s=r(self.n_s), n_inner=r(self.n_inner), n_table=r(self.n_table),
+            n_w=r(self.n_w), n_w_one=r(self.n_w_one), n_s=r(self.n_s), n_inner=r(self.n_inner),
+            n_table=r(self.n_table),
             n_bayes=r(self.n_bayes), n_w_bayes=r(self.n_w_bayes), window=self.window,
             tail=self.tail, resolve=self.resolve,
         )  # fmt: skip
-
-
-#: the error bound is SAFETY × |value − refined value| + FLOOR·max(1, |value|): on random states
-#: (tests/test_certified.py) the true error (against a rule with 3× the nodes) was 0.98–1.00 ×
-#: the difference wherever it exceeded round-off, the rules converging exponentially
-SAFETY = 2.0
-FLOOR = 1e-12
-
-
-def error_bound(value, refined):
-    """The error bound of a quadrature ``value`` from the same quantity by
-    :meth:`Quadrature.refined` (any matching pytrees of arrays): SAFETY·|Δ| + round-off floor.
-
-    >>> round(float(error_bound(jnp.array(0.5), jnp.array(0.5 + 1e-3))), 6)
-    0.002
-    """
-    return jax.tree.map(
-        lambda v, r: SAFETY * jnp.abs(v - r) + FLOOR * jnp.maximum(1.0, jnp.abs(v)), value, refined
-    )
-
-
-SPACING = 0.5  # the largest score-grid spacing (in score units) at which ∇R keeps ≲ 1e-8
-
-
-def reach(quad: Quadrature) -> float:
-    """The largest Q_hh at which ``quad``'s score grids keep their accuracy: grid spacing
-    2·window·√Q_hh/(n_s − 1) ≤ :data:`SPACING` (32.2 for the defaults, 63.4 for 224 nodes).
-
-    >>> round(reach(Quadrature()), 1)
-    32.2
-    """
-    return (SPACING * (quad.n_s - 1) / (2 * quad.window)) ** 2
 
 
 def _expo(x: Array) -> Array:
@@ -388,9 +360,10 @@ def w_grid(
     if kappa:
         hi = jnp.minimum(hi, X_CUT)
     hi = jnp.maximum(hi, lo + 1.0)
-    w = jnp.linspace(lo, hi, quad.n_w, dtype=means.dtype)  # (n_w,)
+    n = quad.n_w_one if kappa else quad.n_w
+    w = jnp.linspace(lo, hi, n, dtype=means.dtype)  # (n_w,)
     h = w[1] - w[0]
-    base = jnp.full((quad.n_w,), h).at[-1].set(0.5 * h)
+    base = jnp.full((n,), h).at[-1].set(0.5 * h)
 
     def weights(r):
         return base.at[0].set(first_weight(h, r))

@@ -43,9 +43,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from headspec.core.accuracy import error_bound
 from headspec.core.linalg import psd_root, qr
 from headspec.core.precision import float64
-from headspec.core.quadrature import error_bound
 from headspec.core.stats import sample_mean_se
 from headspec.dynamics.jacobian import drift_integrand
 from headspec.dynamics.problem import DriftProblem, Exact, OrderParameters, flatten

@@ -45,10 +45,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from headspec.core.accuracy import FLOOR, SAFETY
 from headspec.core.linalg import psd_root
 from headspec.core.observables import sample_loss, token_projections
 from headspec.core.precision import float64
-from headspec.core.quadrature import FLOOR, SAFETY
 from headspec.core.stats import sample_mean_se
 from headspec.dynamics.problem import (
     DriftProblem,

@@ -37,7 +37,6 @@ from headspec.core.latent import LatentLaw
 from headspec.core.linalg import eigvalsh
 from headspec.core.observables import BaseSamples, Observation, population_risk
 from headspec.core.precision import float64, float64_context
-from headspec.core.quadrature import error_bound
 from headspec.dynamics.problem import (
     Drift,
     DriftProblem,
@@ -163,7 +162,7 @@ class Integration(NamedTuple):
     fail_t: np.ndarray  # (S,) each seed's failure time (NaN: none)
     n_steps: int  # solver steps (max over seeds, summed over solves)
     #: (S, K) the exact method's η-linear vector-field error bound (largest entry of
-    #: :func:`~headspec.core.quadrature.error_bound` of the field and the field on the refined
+    #: :func:`~headspec.core.accuracy.error_bound` of the field and the field on the refined
     #: rule) at the K times ``err_t`` between its solves (``certify``); else (S, 0)
     drift_err: np.ndarray
     err_t: np.ndarray  # (K,)
@@ -186,14 +185,11 @@ def _field_error(y, t, args):
     program small (the refined rule's field with its η² estimator took 12 s to compile at
     E1's H = 4, about as long as the run's own field)."""
     problem, schedule = args
-    method, fine = problem.method, problem.method.refined()
     lr, lr_b = problem.lr * schedule(t), problem.lr_b * schedule(t)
 
     def one(M, Q, b):
-        st = OrderParameters(M, Q, b)
-        f, g = method.linear(problem, st, lr, lr_b)[1], fine.linear(problem, st, lr, lr_b)[1]
-        err = jnp.max(flatten(OrderParameters(*error_bound(f, g))))
-        return jnp.where(method.in_reach(st), err, 0.0)
+        err, _ = problem.method.linear_error(problem, OrderParameters(M, Q, b), lr, lr_b)
+        return jnp.max(flatten(err))
 
     return jax.vmap(one)(*y)
 

@@ -50,6 +50,8 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
+from headspec.core.accuracy import error_bound
+from headspec.core.accuracy import reach as quadrature_reach
 from headspec.core.attention import Activation
 from headspec.core.exact import Quadrature, exact_risk
 from headspec.core.latent import LatentLaw
@@ -60,8 +62,6 @@ from headspec.core.observables import (
     population_risk,
 )
 from headspec.core.precision import float64, float64_context
-from headspec.core.quadrature import error_bound
-from headspec.core.quadrature import reach as quadrature_reach
 from headspec.core.stats import sample_mean_se
 from headspec.dynamics.eta2 import RiskGradient, ScoreSamples, eta2_traced
 from headspec.dynamics.terms import (
@@ -126,7 +126,7 @@ class Sampled(Method):
 
 
 #: a finer quadrature for analyses (fixed points, Jacobians, saddles): ~1.9× the default's cost
-FINE = Quadrature(n_w=64, n_s=224)
+FINE = Quadrature(n_w=64, n_w_one=96, n_s=224)
 
 
 class Exact(Method):
@@ -156,8 +156,11 @@ class Exact(Method):
     symmetric: bool = eqx.field(static=True)
     accuracy: float = eqx.field(static=True)
     jacobian_accuracy: float = eqx.field(static=True)
-    #: the largest Q_hh whose score grid keeps the stated accuracy (:meth:`in_reach`)
-    reach: float = eqx.field(static=True)
+    #: the largest Q_hh where the drift is by quadrature (:meth:`in_reach`); None: the rule's
+    #: own per activation (:func:`~headspec.core.accuracy.reach` of ``reach_rule``)
+    reach: float | None = eqx.field(static=True)
+    #: the rule whose reach applies (``quad``; the default's on :meth:`refined`)
+    reach_rule: Quadrature = eqx.field(static=True)
 
     def __init__(
         self,
@@ -167,6 +170,7 @@ class Exact(Method):
         cyclic: bool = False,
         symmetric: bool = False,
         reach: float | None = None,
+        reach_rule: Quadrature | None = None,
     ):
         self.base, self.name, self.scores, self.cyclic = base, "exact", scores, bool(cyclic)
         self.symmetric = bool(symmetric)
@@ -178,23 +182,31 @@ class Exact(Method):
         # floors of their "standard errors" in fixed-point tests and eigenvalue verdicts
         self.accuracy = 1e-9 if fine else 1e-8
         self.jacobian_accuracy = 1e-7 if fine else 3e-5
-        self.reach = quadrature_reach(self.quad) if reach is None else float(reach)
+        self.reach = None if reach is None else float(reach)
+        self.reach_rule = self.quad if reach_rule is None else reach_rule
 
     def refined(self) -> Exact:
         """The same method on the refined rule (:meth:`Quadrature.refined`) and with the same
         reach (both take the same route at every state): the second evaluation of every
         error bound."""
         return Exact(self.base, self.quad.refined(), self.scores, self.cyclic, self.symmetric,
-                     reach=self.reach)  # fmt: skip
+                     reach=self.reach, reach_rule=self.reach_rule)  # fmt: skip
 
-    def in_reach(self, state) -> Array:
-        """Whether the quadrature keeps its accuracy at ``state``: every Q_hh ≤ :attr:`reach`.
-        Beyond it (large keys: sharp attention) the score grids are too coarse and the drift is
-        wrong by far more than :attr:`accuracy` (∂R/∂Q₁₁ = 0.00334 against 0.00037 at
-        Q_hh = 128), so :meth:`drift_from` and :meth:`vector_field_from` take the sampled route
-        on ``base`` there instead, with its standard errors (SPEC §5: never an unbounded value).
+    def reach_of(self, activation) -> float:
+        """The largest Q_hh where ``activation``'s drift is by quadrature: :attr:`reach` if given,
+        else :func:`~headspec.core.accuracy.reach` of :attr:`reach_rule` (25.0 for softmax,
+        19.9 for softmax-1, 16.0 for Bayes-softmax at the default nodes)."""
+        return quadrature_reach(self.reach_rule, activation) if self.reach is None else self.reach
+
+    def in_reach(self, problem, state) -> Array:
+        """Whether the quadrature keeps its accuracy at ``state``: every Q_hh ≤
+        :meth:`reach_of` the problem's activation. Beyond it (large keys: sharp attention) the
+        grids are too coarse and the drift is wrong by far more than :attr:`accuracy`
+        (∂R/∂Q₁₁ = 0.00334 against 0.00037 at Q_hh = 128), so :meth:`drift_from` and
+        :meth:`vector_field_from` take the sampled route on ``base`` there instead, with its
+        standard errors (SPEC §5: never an unbounded value).
         """
-        return jnp.max(jnp.diagonal(state.Q)) <= self.reach
+        return jnp.max(jnp.diagonal(state.Q)) <= self.reach_of(problem.activation)
 
     def fallback(self) -> Sampled:
         """The sampled method beyond :attr:`reach`: every term on ``base`` (head-cyclic where the
@@ -217,6 +229,17 @@ class Exact(Method):
         G = R_Q + R_Q.T  # (H, H)
         P = R_M @ M.T + G @ Q  # (H, H)
         return R, OrderParameters(-lr * (R_M + G @ M), -lr * (P + P.T), -lr_b * R_b)
+
+    def linear_error(self, problem, state, lr, lr_b) -> tuple[OrderParameters, Array]:
+        """Error bounds of the η-linear drift (dM, dQ_lin, db) and of R: :func:`error_bound` of
+        :meth:`linear` on this rule and on :meth:`refined`; 0 beyond :attr:`reach` (the drift is
+        sampled there, with its standard errors)."""
+        (R, lin), (R_fine, lin_fine) = (
+            m.linear(problem, state, lr, lr_b) for m in (self, self.refined())
+        )
+        err = error_bound((*lin, R), (*lin_fine, R_fine))
+        err = jax.tree.map(lambda e: jnp.where(self.in_reach(problem, state), e, 0.0), err)
+        return OrderParameters(*err[:3]), err[3]
 
     def eta2_term(self, problem, state, grad: RiskGradient, terms, with_se: bool):
         """T (H, H) and its standard error (None unless ``with_se`` on the ``base`` route)."""
@@ -242,14 +265,14 @@ class Exact(Method):
 
     def drift_from(self, problem, state, terms, lr, lr_b):
         return jax.lax.cond(
-            self.in_reach(state),
+            self.in_reach(problem, state),
             lambda: self._exact_drift(problem, state, terms, lr, lr_b),
             lambda: self._sampled(problem, state, lr, lr_b, field=False),
         )
 
     def vector_field_from(self, problem, state, terms, lr, lr_b):
         return jax.lax.cond(
-            self.in_reach(state),
+            self.in_reach(problem, state),
             lambda: self._exact_field(problem, state, terms, lr, lr_b),
             lambda: self._sampled(problem, state, lr, lr_b, field=True),
         )
@@ -405,13 +428,8 @@ def _drift(problem: DriftProblem, state: OrderParameters, factor) -> Drift:
         return d
     lr, lr_b = problem.lr * factor, problem.lr_b * factor
     if problem.method.scores is None:  # the η² term is on samples, the same on either rule
-        pair = [
-            m.linear(problem, state, lr, lr_b) for m in (problem.method, problem.method.refined())
-        ]
-        (R, lin), (R_fine, lin_fine) = pair
-        err = error_bound((*lin, R), (*lin_fine, R_fine))
-        in_reach = problem.method.in_reach(state)  # beyond it the drift was sampled: no bound
-        err = jax.tree.map(lambda e: jnp.where(in_reach, e, 0.0), err)
+        lin_err, R_err = problem.method.linear_error(problem, state, lr, lr_b)
+        err = (*lin_err, R_err)
     else:  # the η² estimator's control variates are quadratures too
         fine = problem.refined().drift_at(state, factor)
         err = error_bound((d.dM, d.dQ, d.db, d.R), (fine.dM, fine.dQ, fine.db, fine.R))

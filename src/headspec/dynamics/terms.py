@@ -44,7 +44,7 @@ class OrderParameters(NamedTuple):
 class Drift(NamedTuple):
     """d(M, Q, b)/dt and R at one state, with their standard errors (same shapes; 0 where a
     method computes a term exactly) and the error bounds of their deterministic parts (the
-    exact method's quadrature, :func:`~headspec.core.quadrature.error_bound`; 0 for sampled
+    exact method's quadrature, :func:`~headspec.core.accuracy.error_bound`; 0 for sampled
     terms, whose error is their standard error)."""
 
     dM: Array  # (H, F)
