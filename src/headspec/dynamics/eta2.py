@@ -342,10 +342,14 @@ def _eta2(M, Q, b, grad, model: Model, samples: ScoreSamples, *, controls, quad,
         d = jnp.sqrt(jnp.maximum(jnp.diagonal(Cxx), 0.0))  # (q,)
         live = d > 1e-12 * jnp.maximum(jnp.max(d), 1e-300)  # constant controls drop out
         ds = jnp.where(live, d, 1.0)
-        A = Cxx / jnp.outer(ds, ds) + jnp.diag(n * tol**2 / ds**2)
-        A = jnp.where(jnp.outer(live, live), A, jnp.eye(q))
-        rhs = jnp.where(live[:, None], Cxy / ds[:, None], 0.0)
-        beta = solve(A + 1e-12 * jnp.eye(q), rhs) / ds[:, None]  # (q, P)
+
+        def fit(Cxx, Cxy, k):  # β from covariances over k points (ridge k·tol²)
+            A = Cxx / jnp.outer(ds, ds) + jnp.diag(k * tol**2 / ds**2)
+            A = jnp.where(jnp.outer(live, live), A, jnp.eye(q))
+            rhs = jnp.where(live[:, None], Cxy / ds[:, None], 0.0)
+            return solve(A + 1e-12 * jnp.eye(q), rhs) / ds[:, None]  # (q, P)
+
+        beta = fit(Cxx, Cxy, n)  # (q, P)
         est = yr - (xr - mu[None]) @ beta  # (R, P)
         if not samples.iid:  # cross-fitted: replicate r's β from the other replicates
             m = n // R
@@ -355,12 +359,7 @@ def _eta2(M, Q, b, grad, model: Model, samples: ScoreSamples, *, controls, quad,
 
             def beta_without(r):
                 k = n - m
-                Cxx_r = (Cxx * n - Sxx[r]) / k
-                Cxy_r = (Cxy * n - Sxy[r]) / k
-                A_r = Cxx_r / jnp.outer(ds, ds) + jnp.diag(k * tol**2 / ds**2)
-                A_r = jnp.where(jnp.outer(live, live), A_r, jnp.eye(q))
-                rhs_r = jnp.where(live[:, None], Cxy_r / ds[:, None], 0.0)
-                return solve(A_r + 1e-12 * jnp.eye(q), rhs_r) / ds[:, None]  # (q, P)
+                return fit((Cxx * n - Sxx[r]) / k, (Cxy * n - Sxy[r]) / k, k)  # (q, P)
 
             betas = jax.lax.map(beta_without, jnp.arange(R))  # (R, q, P)
             spread = yr - jnp.einsum("rq,rqp->rp", xr - mu[None], betas)  # (R, P)

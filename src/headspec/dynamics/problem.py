@@ -238,7 +238,8 @@ class Exact(Method):
             m.linear(problem, state, lr, lr_b) for m in (self, self.refined())
         )
         err = error_bound((*lin, R), (*lin_fine, R_fine))
-        err = jax.tree.map(lambda e: jnp.where(self.in_reach(problem, state), e, 0.0), err)
+        inside = self.in_reach(problem, state)
+        err = jax.tree.map(lambda e: jnp.where(inside, e, 0.0), err)
         return OrderParameters(*err[:3]), err[3]
 
     def eta2_term(self, problem, state, grad: RiskGradient, terms, with_se: bool):
