@@ -35,7 +35,11 @@ Quadrature (all node counts static, all ranges and spacings chosen from the stat
   For nearly identical heads (small τ, singular C included) the inner expectation is the
   blurred kernel G_b(y) = E_z g_b(y + τz), tabulated once (an inner trapezoid in z for τ < 0.95,
   a convolution in x beyond) and read by its Taylor series of order 7 about the nearest node.
-  Cost: O(n_w² n_s + n_w n_s²) per pair of heads and token law, sequentially over them.
+  Cost: O(n_w² n + n_w n²) per pair of heads and token law, sequentially over them, on the
+  coarsest of the score grids n ∈ {¼, ⅜, ½, ¾, 1}·n_s whose spacing stays ≤ 0.36 at the pair's
+  larger spread (:func:`~headspec.core.quadrature.pair_nodes`: small keys need few nodes; it
+  moved R and ∇R by ≤ 4.5e-11 on random states). The gradient contracts each pair's Price
+  tangents inside the loop (:func:`_pair_terms`).
 - Bayes-softmax: the token factors expand into the multi-head moments E Π_h g_{a_h}(w + s_h),
   computed along s_h = m_h + Σ_{k≤h} L_hk z_k (a Cholesky factor that tolerates singular C):
   heads 1..H−1 on ``n_bayes``-node grids, the last through its blurred kernel. The cost grows
@@ -87,12 +91,15 @@ from headspec.core.latent import Gaussian, LatentLaw
 from headspec.core.model import Model
 from headspec.core.precision import float64
 from headspec.core.quadrature import (
+    PRICE_COMBOS,
     X_CUT,
     Quadrature,
     first_weight,
     moments1,
     moments2,
     moments_multi,
+    pair_tables,
+    price_parts,
     w_grid,
     z_upper,
 )
@@ -161,29 +168,102 @@ def _per_head_risk(M, Q, b, law, L, quad, *, kappa, c):
     pairs = list(itertools.combinations(range(H), 2))
     cross = jnp.zeros(K, M.dtype)
     if pairs:
-        i1 = np.array([p[0] for p in pairs])
-        i2 = np.array([p[1] for p in pairs])
-        P = len(pairs)
-        ij = np.stack([i1, i2], 1)  # (P, 2)
+        ij = np.array(pairs)  # (P, 2)
+        i1, i2 = ij[:, 0], ij[:, 1]
         rows, cols = ij[:, :, None], ij[:, None, :]  # (P, 2, 1), (P, 1, 2)
-        pm_n = b[ij][:, None]  # (P, 1, 2)
-        pC_n = Q[rows, cols][:, None]  # (P, 1, 2, 2)
-        pm_h = jnp.swapaxes(hm[:, ij], 0, 1)  # (P, K, 2)
-        pC_h = jnp.swapaxes(hC[:, rows, cols], 0, 1)  # (P, K, 2, 2)
-        pm = jnp.concatenate([pm_n, pm_h], 1).reshape(P * T, 2)  # (P·T, 2)
-        pC = jnp.concatenate([pC_n, pC_h], 1).reshape(P * T, 2, 2)  # (P·T, 2, 2)
-        pw = jnp.repeat(w[i1], T, axis=0)  # (P·T, n_w)
-        pv = jnp.repeat(w[i2], T, axis=0)  # (P·T, n_w)
-        F = moments2(pm, pC, pw, pv, 2, quad).reshape(P, T, 2, 2, w.shape[1], w.shape[1])
-        Fn00, Fn11 = F[:, 0, 0, 0], F[:, 0, 1, 1]  # (P, n_w, n_w)
-        Fh00, Fh11 = F[:, 1:, 0, 0], F[:, 1:, 1, 1]  # (P, K, n_w, n_w)
+        pm = jnp.concatenate([b[ij][:, None], jnp.swapaxes(hm[:, ij], 0, 1)], 1)  # (P, T, 2)
+        pC = jnp.concatenate([Q[rows, cols][:, None], jnp.swapaxes(hC[:, rows, cols], 0, 1)], 1)
         omp = om1[i1][:, :, None] * om1[i2][:, None, :]  # (P, n_w, n_w)
         kp = kap[i1][:, :, None] * kap[i2][:, None, :]  # (P, n_w, n_w)
-        wgt = (omp * kp)[:, None]  # (P, 1, n_w, n_w)
-        t0 = jnp.sum(wgt * Fh11 * Fn00[:, None] ** (L - 1), (-2, -1))  # (P, K)
-        t1 = jnp.sum(wgt * Fn11[:, None] * Fn00[:, None] ** (L - 2) * Fh00, (-2, -1))  # (P, K)
-        cross = 2.0 * jnp.sum(t0 + (L - 1) * t1, 0)  # (K,)
+        terms = _pair_terms(pm, pC, sg(w[i1]), sg(w[i2]), sg(omp * kp), L, quad)  # (P, K)
+        cross = 2.0 * jnp.sum(terms, 0)  # (K,)
     return 0.5 * c**2 * (sq + cross) - c * jnp.sum(EA0, 0) + 0.5  # (K,)
+
+
+def _pair_sum(F: Array, wgt: Array, L: int) -> Array:
+    """One pair's cross terms Σ_ij wgt·[F¹¹_hid (F⁰⁰_noi)^{L−1} + (L−1) F¹¹_noi (F⁰⁰_noi)^{L−2}
+    F⁰⁰_hid] per hidden-token law, from its tokens' tables F (T, 2, 2, n_w, n_w) (noise first)
+    and the weights wgt (n_w, n_w) of its two log-u grids: (K,)."""
+    n00, n11 = F[0, 0, 0], F[0, 1, 1]  # (n_w, n_w)
+    h00, h11 = F[1:, 0, 0], F[1:, 1, 1]  # (K, n_w, n_w)
+    t0 = jnp.sum(wgt * h11 * n00 ** (L - 1), (-2, -1))  # (K,)
+    t1 = jnp.sum(wgt * n11 * n00 ** (L - 2) * h00, (-2, -1))  # (K,)
+    return t0 + (L - 1) * t1
+
+
+def _pair_coefficients(F: Array, wgt: Array, L: int) -> tuple[Array, Array]:
+    """One pair's :func:`_pair_sum` (K,) and its derivatives along each token's score law
+    (K, T, 5): along m₁, m₂, C₁₁/2, C₂₂/2 and (C₁₂ + C₂₁)/2, from its tables up to order 4,
+    F (T, 4, 4, n_w, n_w) (Price's theorem: :func:`~headspec.core.quadrature.price_parts`)."""
+    val, pull = jax.vjp(lambda F: _pair_sum(F, wgt, L), F[:, :2, :2])
+    G = jax.vmap(pull)(jnp.eye(val.shape[0], dtype=val.dtype))[0]  # (K, T, 2, 2, n_w, n_w)
+    parts = jnp.stack(price_parts(F, 2), 1)  # (T, 5, 2, 2, n_w, n_w)
+    return val, jnp.einsum("ktabij,tqabij->ktq", G, parts)
+
+
+def _pair_loop(fn, m, C, w, v, wgt):
+    """``fn(m, C, w, v, wgt)`` of each pair in turn, the grids broadcast over its tokens."""
+
+    def one(x):
+        m, C, w, v, wgt = x
+        T = m.shape[0]
+        return fn(m, C, jnp.broadcast_to(w, (T, w.size)), jnp.broadcast_to(v, (T, v.size)), wgt)
+
+    return jax.lax.map(one, (m, C, sg(w), sg(v), sg(wgt)))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(5, 6))
+def _pair_terms(m, C, w, v, wgt, L: int, quad: Quadrature) -> Array:
+    """:func:`_pair_sum` of every pair of heads: its tokens' score laws m (P, T, 2), C (P, T, 2, 2)
+    (noise first), its heads' log-u grids w, v (P, n_w) and their weights wgt (P, n_w, n_w),
+    which carry no derivative (functions of the state under stop_gradient; their tangents are
+    not used): (P, K).
+
+    One pair after another, and so is the JVP (:func:`_pair_derivatives`): each pair's Price
+    tangents are contracted with ∂(its terms)/∂F inside the loop, leaving 5 numbers per token
+    and hidden law. Formed for all pairs at once (as :func:`~headspec.core.quadrature.moments2`'s
+    own JVP does), those tangents were (P, T, 2, 2, n_w, n_w) arrays (26 MB each at H = 16),
+    and allocating and walking them cost as much as the tables: ∇R at H = 16 took 3.7× longer.
+    The loops call the tables without their custom JVP (a ``jax.custom_jvp`` inside
+    ``lax.map`` loses its second derivative: JAX 0.10, both orders of nesting); second and
+    higher derivatives go through :func:`_pair_derivatives`'s JVP instead."""
+    tables = functools.partial(pair_tables, A=2, quad=quad, combos=((0, 0), (1, 1)))
+    return _pair_loop(lambda m, C, w, v, wgt: _pair_sum(tables(m, C, w, v), wgt, L),
+                      m, C, w, v, wgt)  # fmt: skip
+
+
+@_pair_terms.defjvp
+def _pair_terms_jvp(L, quad, primals, tangents):
+    dm, dC = tangents[:2]  # (P, T, 2), (P, T, 2, 2); the grids' tangents are zero (see above)
+    val, coef = _pair_derivatives(*primals, L, quad)  # (P, K), (P, K, T, 5)
+    cross = dC[..., 0, 1] + dC[..., 1, 0]  # (P, T)
+    tan = jnp.stack(
+        [dm[..., 0], dm[..., 1], 0.5 * dC[..., 0, 0], 0.5 * dC[..., 1, 1], 0.5 * cross], -1
+    )  # (P, T, 5)  fmt: skip
+    return val, jnp.einsum("pktq,ptq->pk", coef, tan)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(5, 6))
+def _pair_derivatives(m, C, w, v, wgt, L: int, quad: Quadrature) -> tuple[Array, Array]:
+    """:func:`_pair_coefficients` of every pair, one after another: (P, K), (P, K, T, 5). Its own
+    derivative (a second derivative of R: Jacobians of the drift) is that of the same
+    computation for all pairs at once through :func:`~headspec.core.quadrature.moments2`,
+    exact to any order at the memory cost described in :func:`_pair_terms`."""
+    tables = functools.partial(pair_tables, A=4, quad=quad, combos=PRICE_COMBOS)
+    return _pair_loop(lambda m, C, w, v, wgt: _pair_coefficients(tables(m, C, w, v), wgt, L),
+                      m, C, w, v, wgt)  # fmt: skip
+
+
+@_pair_derivatives.defjvp
+def _pair_derivatives_jvp(L, quad, primals, tangents):
+    def at_once(m, C, w, v, wgt):
+        P, T = m.shape[:2]
+        W, V = (jnp.repeat(x, T, axis=0) for x in (sg(w), sg(v)))  # (P·T, n_w)
+        F = moments2(m.reshape(P * T, 2), C.reshape(P * T, 2, 2), W, V, 4, quad)
+        F = F.reshape(P, T, *F.shape[1:])  # (P, T, 4, 4, n_w, n_w)
+        return jax.vmap(lambda F, wgt: _pair_coefficients(F, wgt, L))(F, sg(wgt))
+
+    return jax.jvp(at_once, primals, tangents)
 
 
 # --------------------------------------------------- all heads at one w: E Π_h g_{a_h}(w + s_h)

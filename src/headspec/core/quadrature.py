@@ -47,7 +47,8 @@ class Quadrature(eqx.Module):
     (:func:`~headspec.core.accuracy.reach`: up to Q_hh = 25 for softmax, 19.9 for softmax-1 and
     16 for Bayes-softmax at the defaults, R and ∇R stay within ≈ 5e-7 of a much finer rule,
     typically 1e-8 or better; at E1's states ≲ 1e-9). For larger keys raise n_s ≈ 32·√Q_hh
-    (softmax; the cost grows linearly in n_s), n_w_one (softmax-1) or n_bayes (Bayes-softmax).
+    (softmax; the pair tables cost ∝ n_s² where keys are large), n_w_one (softmax-1) or n_bayes
+    (Bayes-softmax).
     n_w sets softmax's log-u grids (48: ∇R to ≈ 3e-9 on E1's common phase, 64: to 1e-12, at
     1.4× the cost); softmax-1 needs more (its e^{−u} factor: 64 by default, 1.6× the cost of 48).
     """
@@ -251,9 +252,41 @@ def _per_token(table, *xs: Array) -> Array:
 
 
 # ----------------------------------------------------------- a pair: F_ab(w, v) = E g_a g_b
-def _pair_table(m, C, w, v, A, quad: Quadrature):
-    """F[a, b, i, j] = E g_a(w_i + s_1) g_b(v_j + s_2), s ~ N(m, C) (one token; no gradient)."""
-    n, Z = quad.n_s, quad.window
+#: the pair rule's coarser score grids: fractions of ``n_s`` (the full grid above them), each
+#: used for a pair whose larger score spread σ keeps the grid's spacing 2·window·σ/(n − 1) ≤
+#: :data:`LEVEL_SPACING` on the default rule's 160 nodes (one σ threshold for every rule, so that
+#: a finer rule is finer at every state and :func:`~headspec.core.accuracy.error_bound` holds).
+#: The pair tables cost n_w·n² + n_w²·n per order pair and dominate ∇R at many heads, while small
+#: keys need few nodes. At spacing 0.36 (the trapezoid's error ~e^{−π²/0.36} ≈ 1e-12, against
+#: 2e-10 at the reach's SPACING 0.44) R and ∇R moved by ≤ 4.5e-11 from the full grid on random
+#: states (H = 2, 3; softmax and softmax-1; Q_hh from 0.002 to 8; 2026-12-06), while E1's ∇R at
+#: H = 16 (Q_hh ≈ 1.3) took 106 ms instead of 384.
+LEVELS = (0.25, 0.375, 0.5, 0.75)
+LEVEL_SPACING = 0.36
+
+
+def pair_nodes(quad: Quadrature) -> tuple[tuple[int, float], ...]:
+    """The pair rule's score grids: (nodes, largest σ it serves) per level, coarsest first; the
+    last, ``n_s`` itself, serves every σ.
+
+    >>> [(n, round(cap, 2)) for n, cap in pair_nodes(Quadrature())]
+    [(40, 1.0), (60, 1.52), (80, 2.03), (120, 3.06), (160, inf)]
+    """
+    cap = lambda f: LEVEL_SPACING * (round(f * 160) - 1) / (2 * quad.window)  # noqa: E731
+    levels = [(max(3, round(f * quad.n_s)), cap(f)) for f in LEVELS]
+    return (*levels, (quad.n_s, float("inf")))
+
+
+def _pair_table(m, C, w, v, A, quad: Quadrature, combos=None):
+    """F[a, b, i, j] = E g_a(w_i + s_1) g_b(v_j + s_2), s ~ N(m, C) (one token; no gradient),
+    on the coarsest score grid of :func:`pair_nodes` that serves the pair's larger spread;
+    only the orders (a, b) in ``combos`` (static; None: all), the others 0."""
+    combos = tuple((a, b) for a in range(A) for b in range(A)) if combos is None else combos
+    swapped = tuple((b, a) for a, b in combos)  # the same orders after exchanging the heads
+    if set(swapped) != set(combos):
+        raise ValueError(f"pair orders must be symmetric under exchange, got {combos}")
+    ia, ib = (np.array(x) for x in zip(*combos, strict=True))  # (o,) ×2: orders a, b
+    Z = quad.window
     swap = C[1, 1] > C[0, 0]  # the outer score is the one with the larger variance
     m = jnp.where(swap, m[::-1], m)
     C = jnp.where(swap, C[::-1, ::-1], C)
@@ -262,33 +295,78 @@ def _pair_table(m, C, w, v, A, quad: Quadrature):
     pos = c11 > 0
     beta = jnp.where(pos, c12 / jnp.where(pos, c11, 1.0), 0.0)
     tau = jnp.sqrt(jnp.maximum(c22 - beta * c12, 0.0))
+    sd1 = jnp.sqrt(jnp.maximum(c11, 0.0))
     sd2 = jnp.sqrt(jnp.maximum(c22, 0.0))
-    s1, p1 = _score_nodes(m[0], jnp.sqrt(jnp.maximum(c11, 0.0)), n, Z)  # (n_s,) ×2
-    mu = m[1] + beta * (s1 - m[0])  # (n_s,) conditional means of s_2
-    Ga = _g_outer(w, s1, A)  # (A, n_w, n_s)
-    spacing = 2 * Z * sd2 / (n - 1)
 
-    def grid(_):  # tensor grid, P[k, k'] = p(s1_k) p(s2_k' | s1_k)
-        s2 = m[1] + sd2 * jnp.linspace(-Z, Z, n, dtype=m.dtype)  # (n_s,)
-        r = (s2[None, :] - mu[:, None]) / jnp.maximum(tau, 1e-300)  # (n_s, n_s)
-        P = jnp.exp(-0.5 * r**2)
-        P = P * (p1 / jnp.maximum(P.sum(1), 1e-300))[:, None]  # (n_s, n_s)
-        Gb = _g_outer(v, s2, A)  # (A, n_w, n_s)
-        return jnp.einsum("aik,bjk->abij", Ga @ P, Gb)  # (A, A, n_w, n_w)
+    def on(n: int, _):  # the table on n-node score grids
+        s1, p1 = _score_nodes(m[0], sd1, n, Z)  # (n,) ×2
+        mu = m[1] + beta * (s1 - m[0])  # (n,) conditional means of s_2
+        Ga = _g_outer(w, s1, A)  # (A, n_w, n)
+        spacing = 2 * Z * sd2 / (n - 1)
 
-    def inner(_):  # s_2 = μ(s_1) + τ z: G_b(y) = E_z g_b(y + τz) tabulated, then Taylor
-        Gb = _blurred_at(v[:, None] + mu[None, :], tau, A, quad)  # (A, n_w, n_s)
-        return jnp.einsum("aik,k,bjk->abij", Ga, p1, Gb)  # (A, A, n_w, n_w)
+        def grid(_):  # tensor grid, P[k, k'] = p(s1_k) p(s2_k' | s1_k)
+            s2 = m[1] + sd2 * jnp.linspace(-Z, Z, n, dtype=m.dtype)  # (n,)
+            r = (s2[None, :] - mu[:, None]) / jnp.maximum(tau, 1e-300)  # (n, n)
+            P = jnp.exp(-0.5 * r**2)
+            P = P * (p1 / jnp.maximum(P.sum(1), 1e-300))[:, None]  # (n, n)
+            Gb = _g_outer(v, s2, A)  # (A, n_w, n)
+            return jnp.einsum("oik,ojk->oij", (Ga @ P)[ia], Gb[ib])  # (o, n_w, n_w)
 
-    F = jax.lax.cond((tau >= quad.resolve * spacing) & (tau > 0), grid, inner, None)
-    return jnp.where(swap, jnp.transpose(F, (1, 0, 3, 2)), F)  # (A, A, n_w, n_w)
+        def inner(_):  # s_2 = μ(s_1) + τ z: G_b(y) = E_z g_b(y + τz) tabulated, then Taylor
+            Gb = _blurred_at(v[:, None] + mu[None, :], tau, A, quad)  # (A, n_w, n)
+            return jnp.einsum("oik,k,ojk->oij", Ga[ia], p1, Gb[ib])  # (o, n_w, n_w)
+
+        return jax.lax.cond((tau >= quad.resolve * spacing) & (tau > 0), grid, inner, None)
+
+    levels = pair_nodes(quad)
+    caps = jnp.asarray([cap for _, cap in levels[:-1]], sd1.dtype)  # (levels − 1,)
+    level = jnp.sum(sd1 > caps)  # the first level whose cap holds σ
+    F = jax.lax.switch(level, [functools.partial(on, n) for n, _ in levels], None)  # (o, …)
+    full = jnp.zeros((A, A, *F.shape[1:]), F.dtype).at[ia, ib].set(F)  # (A, A, n_w, n_w)
+    return jnp.where(swap, jnp.transpose(full, (1, 0, 3, 2)), full)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(4, 5))
 def moments2(m: Array, C: Array, w: Array, v: Array, A: int, quad: Quadrature) -> Array:
     """F[t, a, b, i, j] = E g_a(w[t,i] + s_1) g_b(v[t,j] + s_2), s ~ N(m[t], C[t]):
     (T, A, A, n_w, n_w)."""
-    return _per_token(functools.partial(_pair_table, A=A, quad=quad), sg(m), sg(C), sg(w), sg(v))
+    return pair_tables(m, C, w, v, A, quad)
+
+
+def pair_tables(
+    m: Array, C: Array, w: Array, v: Array, A: int, quad: Quadrature, combos=None
+) -> Array:
+    """:func:`moments2` without its derivative (every argument under stop_gradient), to be
+    called where a caller's own custom JVP differentiates it: (T, A, A, n_w, n_w), only the
+    orders (a, b) in ``combos`` (a static tuple closed under a ↔ b; None: all) computed, the
+    others 0 (the n_w²·n_s work of a table is per order pair)."""
+    table = functools.partial(_pair_table, A=A, quad=quad, combos=combos)
+    return _per_token(table, sg(m), sg(C), sg(w), sg(v))
+
+
+#: the orders (a, b) of the tables that the derivatives of E g_a g_b, (a, b) ∈ {(0, 0), (1, 1)},
+#: need (:func:`price_parts`: a + i, b + j with i + j ≤ 2): 11 of the 16 below order 4
+_SHIFTS = ((0, 0), (1, 0), (0, 1), (2, 0), (0, 2), (1, 1))
+PRICE_COMBOS = tuple(sorted({(a + i, a + j) for a in (0, 1) for i, j in _SHIFTS}))
+
+
+def price_parts(F: Array, A: int):
+    """The moments of the derivatives of g_a(w + s_1) g_b(v + s_2) from a table F (T, A+2, A+2,
+    …) of :func:`moments2`: (d1, d2, d11, d22, d12), each (T, A, A, …): E[∂₁(g_a g_b)],
+    E[∂₂(g_a g_b)], E[∂₁²], E[∂₂²], E[∂₁∂₂] (g_a' = a g_a − g_{a+1}). By Price's theorem the
+    tangent of E g_a g_b is (dm₁ + dw) d1 + (dm₂ + dv) d2 + ½(dC₁₁ d11 + dC₂₂ d22 + 2 dC₁₂ d12)."""
+    extra = (None,) * (F.ndim - 3)
+    a, a2, a21 = (jnp.asarray(c) for c in _price_coefficients(A))
+    ai, a2i, a21i = (c[(None, slice(None), None, *extra)] for c in (a, a2, a21))  # along a
+    bi, b2i, b21i = (c[(None, None, slice(None), *extra)] for c in (a, a2, a21))  # along b
+    f = lambda i, j: F[:, i : i + A, j : j + A]  # noqa: E731  (T, A, A, …)
+    F00 = f(0, 0)
+    d1 = ai * F00 - f(1, 0)  # E g_a' g_b
+    d2 = bi * F00 - f(0, 1)  # E g_a g_b'
+    d11 = a2i * F00 - a21i * f(1, 0) + f(2, 0)
+    d22 = b2i * F00 - b21i * f(0, 1) + f(0, 2)
+    d12 = ai * bi * F00 - ai * f(0, 1) - bi * f(1, 0) + f(1, 1)
+    return d1, d2, d11, d22, d12
 
 
 @moments2.defjvp
@@ -296,16 +374,7 @@ def _moments2_jvp(A, quad, primals, tangents):
     m, C, w, v = primals
     dm, dC, dw, dv = tangents
     F = moments2(m, C, w, v, A + 2, quad)  # (T, A+2, A+2, n, n)
-    a, a2, a21 = (jnp.asarray(c) for c in _price_coefficients(A))
-    ai, a2i, a21i = (c[None, :, None, None, None] for c in (a, a2, a21))  # along a
-    bi, b2i, b21i = (c[None, None, :, None, None] for c in (a, a2, a21))  # along b
-    f = lambda i, j: F[:, i : i + A, j : j + A]  # noqa: E731  (T, A, A, n, n)
-    F00 = f(0, 0)
-    d1 = ai * F00 - f(1, 0)  # E g_a' g_b
-    d2 = bi * F00 - f(0, 1)  # E g_a g_b'
-    d11 = a2i * F00 - a21i * f(1, 0) + f(2, 0)
-    d22 = b2i * F00 - b21i * f(0, 1) + f(0, 2)
-    d12 = ai * bi * F00 - ai * f(0, 1) - bi * f(1, 0) + f(1, 1)
+    d1, d2, d11, d22, d12 = price_parts(F, A)  # (T, A, A, n, n) each
 
     def per_token(x):  # (T,) → (T, 1, 1, 1, 1)
         return x[:, None, None, None, None]
@@ -315,7 +384,7 @@ def _moments2_jvp(A, quad, primals, tangents):
     c11, c22 = per_token(dC[:, 0, 0]), per_token(dC[:, 1, 1])
     c12 = per_token(dC[:, 0, 1] + dC[:, 1, 0])
     dF = sh1 * d1 + sh2 * d2 + 0.5 * (c11 * d11 + c22 * d22 + c12 * d12)
-    return F00, dF
+    return F[:, :A, :A], dF
 
 
 # ------------------------------------------------------------------------- grids in w = log u
