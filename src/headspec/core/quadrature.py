@@ -57,7 +57,11 @@ class Quadrature(eqx.Module):
     n_w_one: int = eqx.field(static=True, default=64)  # log-u nodes per head (softmax-1)
     n_s: int = eqx.field(static=True, default=160)  # nodes per score grid
     n_inner: int = eqx.field(static=True, default=64)  # inner nodes of the blurred-kernel tables
-    n_table: int = eqx.field(static=True, default=512)  # nodes of those tables
+    n_table: int = eqx.field(static=True, default=512)  # nodes of those tables (Bayes-softmax)
+    #: nodes of the pair rule's blurred-kernel tables (near-identical heads): the Taylor series
+    #: of order 7 between nodes errs by ≈ (δ/2)⁸/8!·|G⁽⁸⁾|; 256 moved R and ∇R by ≤ 6.3e-11 from
+    #: 512 on near-identical heads, where the tables were half a pair's cost (2026-12-06)
+    n_table_pair: int = eqx.field(static=True, default=256)
     n_bayes: int = eqx.field(static=True, default=64)  # nodes per head but one (Bayes-softmax)
     n_w_bayes: int = eqx.field(static=True, default=128)  # log-u nodes (Bayes-softmax)
     window: float = eqx.field(static=True, default=7.0)  # score grids: m ± window·σ
@@ -75,7 +79,7 @@ class Quadrature(eqx.Module):
         r = lambda n: max(3, round(n * factor))  # noqa: E731
         return Quadrature(
             n_w=r(self.n_w), n_w_one=r(self.n_w_one), n_s=r(self.n_s), n_inner=r(self.n_inner),
-            n_table=r(self.n_table),
+            n_table=r(self.n_table), n_table_pair=r(self.n_table_pair),
             n_bayes=r(self.n_bayes), n_w_bayes=r(self.n_w_bayes), window=self.window,
             tail=self.tail, resolve=self.resolve,
         )  # fmt: skip
@@ -157,15 +161,14 @@ def _derivative_coefficients(A: int) -> np.ndarray:
     return c
 
 
-def _blur_table(tau: Array, lo: Array, hi: Array, A: int, quad: Quadrature):
+def _blur_table(tau: Array, lo: Array, hi: Array, A: int, quad: Quadrature, n: int):
     """Taylor coefficients D[b, k, i] = G_b^(k)(t_i)/k! of G_b(y) = E_z g_b(y + τz), b < A, on
-    ``n_table`` nodes t (lo..hi): (A, 8, n_t), and the nodes t (n_t,).
+    ``n`` nodes t (lo..hi): (A, 8, n), and the nodes t (n,).
 
     τ < 0.95: an ``n_inner``-node trapezoid in z (spacing min(0.7, 2π/(21τ + 6)): its aliasing
     reaches g_b only beyond frequency ≈ 21), with the derivatives as combinations of g_{b..b+7}.
     τ ≥ 0.95: the convolution ∫ g_b(x) ∂_t^k N(x − t; τ) dx by the trapezoid rule on
-    ``n_table`` nodes in x (spacing ≤ τ/2), with ∂_t^k N = τ^{−k} He_k((x − t)/τ) N."""
-    n = quad.n_table
+    ``n`` nodes in x (spacing ≤ τ/2), with ∂_t^k N = τ^{−k} He_k((x − t)/τ) N."""
     dtype = lo.dtype
     t = jnp.linspace(lo, hi, n, dtype=dtype)  # (n_t,)
     fact = jnp.asarray([float(np.prod(range(1, k + 1))) for k in range(TAYLOR)], dtype)
@@ -204,18 +207,19 @@ def _blur_table(tau: Array, lo: Array, hi: Array, A: int, quad: Quadrature):
     return jax.lax.cond(tau < 0.95, inner, conv, None), t
 
 
-def _blurred_at(y: Array, tau: Array, A: int, quad: Quadrature) -> Array:
+def _blurred_at(y: Array, tau: Array, A: int, quad: Quadrature, n: int | None = None) -> Array:
     """G_b(y) = E_z g_b(y + τz), z ~ N(0, 1), b = 0..A−1, at any points y: (A, *y.shape).
 
     From :func:`_blur_table` over the range of y where G_b varies (G_0 = 1 and G_{b>0} = 0
     below it, all 0 above it): the Taylor series of order 7 about the nearest node (error
-    ≈ (δ/2)⁸/8! · |G⁽⁸⁾| at spacing δ)."""
+    ≈ (δ/2)⁸/8! · |G⁽⁸⁾| at spacing δ) on ``n`` nodes (default ``quad.n_table``)."""
+    n = quad.n_table if n is None else n
     lo = jnp.maximum(jnp.min(y), -42.0 - 8.5 * tau)
     hi = jnp.maximum(jnp.minimum(jnp.max(y), X_CUT + 1.0 + 8.5 * tau), lo + 1.0)
-    D, t = _blur_table(tau, lo, hi, A, quad)  # (A, 8, n_t), (n_t,)
+    D, t = _blur_table(tau, lo, hi, A, quad, n)  # (A, 8, n), (n,)
     dt = t[1] - t[0]
     pos = (jnp.clip(y, lo, hi) - lo) / dt
-    i = jnp.clip(jnp.round(pos), 0, quad.n_table - 1).astype(jnp.int32)  # (...)
+    i = jnp.clip(jnp.round(pos), 0, n - 1).astype(jnp.int32)  # (...)
     eps = y - (lo + i * dt)  # (...)
     Dk = D[:, :, i]  # (A, 8, ...)
     out = Dk[:, -1]
@@ -313,7 +317,7 @@ def _pair_table(m, C, w, v, A, quad: Quadrature, combos=None):
             return jnp.einsum("oik,ojk->oij", (Ga @ P)[ia], Gb[ib])  # (o, n_w, n_w)
 
         def inner(_):  # s_2 = μ(s_1) + τ z: G_b(y) = E_z g_b(y + τz) tabulated, then Taylor
-            Gb = _blurred_at(v[:, None] + mu[None, :], tau, A, quad)  # (A, n_w, n)
+            Gb = _blurred_at(v[:, None] + mu[None, :], tau, A, quad, quad.n_table_pair)
             return jnp.einsum("oik,k,ojk->oij", Ga[ia], p1, Gb[ib])  # (o, n_w, n_w)
 
         return jax.lax.cond((tau >= quad.resolve * spacing) & (tau > 0), grid, inner, None)
