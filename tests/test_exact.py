@@ -325,7 +325,7 @@ def test_states_share_one_compiled_program():
 def test_vmap_over_states_keeps_each_state_on_its_own_branch():
     """vmap over states (seeds) gives the looped values, risk and gradient, and the quadrature's
     branch on each token's score spread stays a lax.cond: a select would evaluate both branches
-    for every state (what the diffusion engine's seeds once paid; quadrature._per_token)."""
+    for every state (what the diffusion engine's seeds once paid; quadrature.per_token)."""
     law = LAW2
     states = [common_phase(2, [0.6, 0.4], scale=0.5), grouped([[1.0, 0.2], [0.1, 1.3]])]
     M, Q, b = (jnp.stack(x) for x in zip(*states, strict=True))  # (2, …): one singular Q

@@ -89,6 +89,7 @@ from headspec.core.accuracy import SPACING, error_bound
 from headspec.core.attention import BayesSoftmax, Softmax, Softmax1
 from headspec.core.latent import Gaussian, LatentLaw
 from headspec.core.model import Model
+from headspec.core.multihead import moments_multi
 from headspec.core.precision import float64
 from headspec.core.quadrature import (
     PRICE_COMBOS,
@@ -97,7 +98,6 @@ from headspec.core.quadrature import (
     first_weight,
     moments1,
     moments2,
-    moments_multi,
     pair_tables,
     price_parts,
     w_grid,
@@ -274,7 +274,7 @@ def _bayes_risk(M, Q, b, law, L, quad, *, c, factor=None, n_z=0):
     g_2(w + y) = S² e^{−S}.
 
     Without ``factor`` they expand into the multi-head moments E Π_h g_{a_h}(w + s_h)
-    (:func:`~headspec.core.quadrature.moments_multi`: differentiable, cost n_bayes^{H−1}).
+    (:func:`~headspec.core.multihead.moments_multi`: differentiable, cost n_bayes^{H−1}).
     With ``factor`` B (H, r), B Bᵀ = Q, of a discrete law (every token's covariance is Q):
     s = m + B z, z ~ N(0, I_r) on a tensor trapezoid grid of ``n_z`` nodes per axis, and S e^{−S}
     etc. evaluated there directly — cost n_z^r · H per token law and w, whatever H (no

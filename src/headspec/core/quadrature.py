@@ -3,7 +3,8 @@ kernels g_a(x) = e^{ax − e^x} with Price's-theorem derivatives, and the log-u 
 
 Every token of a sequence enters the risk through Gaussian expectations of products of g_a:
 one head (:func:`moments1`: E g_a(w + s), s ~ N(m, σ²)), a pair of heads (:func:`moments2`:
-E g_a(w + s_h) g_b(v + s_h')), or all heads of a Bayes-softmax (:func:`moments_multi`:
+E g_a(w + s_h) g_b(v + s_h')), or all heads of a Bayes-softmax
+(:func:`~headspec.core.multihead.moments_multi`:
 E Π_h g_{a_h}(w + s_h)). Each is a ``jax.custom_jvp`` by Price's theorem,
 dE f = E[∇f]·dm + ½ tr(dC E[∇²f]); since g_a' = a g_a − g_{a+1} the tangent needs only the same
 moments at a + 1 and a + 2, so no square root of a covariance is ever differentiated and
@@ -85,12 +86,12 @@ class Quadrature(eqx.Module):
         )  # fmt: skip
 
 
-def _expo(x: Array) -> Array:
+def expo(x: Array) -> Array:
     """e^x with x clipped to ±300: a product of three such factors stays finite and non-zero."""
     return jnp.exp(jnp.clip(x, -300.0, 300.0))
 
 
-def _g_of(E: Array, A: int) -> Array:
+def g_of(E: Array, A: int) -> Array:
     """g_a = E^a e^{−E} for a = 0..A−1 from E = e^x ≥ 0, on a new leading axis: (A, *E.shape).
 
     E is capped at 1e20 (where every g_a is 0 in float64), so E^a e^{−E} never meets inf·0."""
@@ -104,7 +105,7 @@ def _g_of(E: Array, A: int) -> Array:
 def _g_outer(w: Array, s: Array, A: int) -> Array:
     """g_a(w_i + s_k) for a = 0..A−1: (A, n_w, n_s), one exponential per entry (e^w e^s)."""
     c = jnp.mean(w)  # centring keeps both factors in range
-    return _g_of(_expo(w - c)[:, None] * _expo(s + c)[None, :], A)  # (A, n_w, n_s)
+    return g_of(expo(w - c)[:, None] * expo(s + c)[None, :], A)  # (A, n_w, n_s)
 
 
 def _price_coefficients(A: int):
@@ -180,7 +181,7 @@ def _blur_table(tau: Array, lo: Array, hi: Array, A: int, quad: Quadrature, n: i
         q = jnp.exp(-0.5 * z**2)
         q = q / q.sum()
         c = 0.5 * (lo + hi)
-        E = jnp.minimum(_expo(t - c)[:, None] * _expo(tau * z + c)[None, :], 1e20)  # (n_t, n_z)
+        E = jnp.minimum(expo(t - c)[:, None] * expo(tau * z + c)[None, :], 1e20)  # (n_t, n_z)
         g = jnp.exp(-E) * q  # (n_t, n_z)
         rows = []
         for _ in range(A + TAYLOR - 1):
@@ -201,13 +202,13 @@ def _blur_table(tau: Array, lo: Array, hi: Array, A: int, quad: Quadrature, n: i
             He.append(u * He[k] - k * He[k - 1])
         K = jnp.stack(He) * K0 / (tau ** jnp.arange(TAYLOR, dtype=dtype))[:, None, None]
         c = jnp.mean(x)
-        G = _g_of(_expo(x - c) * _expo(c), A)  # (A, n_x)
+        G = g_of(expo(x - c) * expo(c), A)  # (A, n_x)
         return jnp.einsum("bx,ktx->bkt", G, K) / fact[:, None]  # (A, 8, n_t)
 
     return jax.lax.cond(tau < 0.95, inner, conv, None), t
 
 
-def _blurred_at(y: Array, tau: Array, A: int, quad: Quadrature, n: int | None = None) -> Array:
+def blurred_at(y: Array, tau: Array, A: int, quad: Quadrature, n: int | None = None) -> Array:
     """G_b(y) = E_z g_b(y + τz), z ~ N(0, 1), b = 0..A−1, at any points y: (A, *y.shape).
 
     From :func:`_blur_table` over the range of y where G_b varies (G_0 = 1 and G_{b>0} = 0
@@ -231,7 +232,7 @@ def _blurred_at(y: Array, tau: Array, A: int, quad: Quadrature, n: int | None = 
     return jnp.where((y > hi)[None], 0.0, out)  # (A, ...)
 
 
-def _per_token(table, *xs: Array) -> Array:
+def per_token(table, *xs: Array) -> Array:
     """``table`` on each slice along the leading (token) axis of ``xs``, one after another —
     and one after another under ``vmap`` too: a batched call runs ``table`` on each
     (batch, token) pair in turn, so the ``lax.cond`` inside (the branch a token's score spread
@@ -249,7 +250,7 @@ def _per_token(table, *xs: Array) -> Array:
             x if b else jnp.broadcast_to(x, (size, *x.shape))
             for x, b in zip(xs, batched, strict=True)
         ]
-        out = _per_token(table, *(x.reshape(-1, *x.shape[2:]) for x in xs))  # (size·T, …)
+        out = per_token(table, *(x.reshape(-1, *x.shape[2:]) for x in xs))  # (size·T, …)
         return out.reshape(size, -1, *out.shape[1:]), True
 
     return each(*xs)
@@ -317,7 +318,7 @@ def _pair_table(m, C, w, v, A, quad: Quadrature, combos=None):
             return jnp.einsum("oik,ojk->oij", (Ga @ P)[ia], Gb[ib])  # (o, n_w, n_w)
 
         def inner(_):  # s_2 = μ(s_1) + τ z: G_b(y) = E_z g_b(y + τz) tabulated, then Taylor
-            Gb = _blurred_at(v[:, None] + mu[None, :], tau, A, quad, quad.n_table_pair)
+            Gb = blurred_at(v[:, None] + mu[None, :], tau, A, quad, quad.n_table_pair)
             return jnp.einsum("oik,k,ojk->oij", Ga[ia], p1, Gb[ib])  # (o, n_w, n_w)
 
         return jax.lax.cond((tau >= quad.resolve * spacing) & (tau > 0), grid, inner, None)
@@ -345,7 +346,7 @@ def pair_tables(
     orders (a, b) in ``combos`` (a static tuple closed under a ↔ b; None: all) computed, the
     others 0 (the n_w²·n_s work of a table is per order pair)."""
     table = functools.partial(_pair_table, A=A, quad=quad, combos=combos)
-    return _per_token(table, sg(m), sg(C), sg(w), sg(v))
+    return per_token(table, sg(m), sg(C), sg(w), sg(v))
 
 
 #: the orders (a, b) of the tables that the derivatives of E g_a g_b, (a, b) ∈ {(0, 0), (1, 1)},
@@ -442,98 +443,3 @@ def w_grid(
         return base.at[0].set(first_weight(h, r))
 
     return w, weights(1.0), weights(2.0)
-
-
-# ------------------------------------------------------------------ laws: the hidden token(s)
-def _chol_psd(C: Array) -> Array:
-    """Lower L with L Lᵀ = C for a symmetric PSD C, singular allowed (a head that depends on the
-    earlier ones gets L_hh = 0 and zeros below). No gradient is taken through it."""
-    H = C.shape[0]
-    scale = jnp.maximum(jnp.max(jnp.diagonal(C)), 1e-300)
-    cols = []
-    for j in range(H):
-        prev = jnp.stack(cols, 1) if cols else jnp.zeros((H, 0), C.dtype)  # (H, j)
-        r = C[:, j] - prev @ prev[j]  # (H,)
-        d = r[j]
-        ok = d > 1e-13 * scale
-        ljj = jnp.sqrt(jnp.where(ok, d, 1.0))
-        col = jnp.where(ok, r / ljj, 0.0) * (jnp.arange(H) >= j)  # (H,)
-        cols.append(col)
-    return jnp.stack(cols, 1)  # (H, H)
-
-
-def _multi_table(m: Array, C: Array, w: Array, A: int, quad: Quadrature) -> Array:
-    """T[a_1, …, a_H, i] = E Π_h g_{a_h}(w_i + s_h), s ~ N(m, C) (one token; no gradient).
-
-    s_h = m_h + Σ_{k≤h} L_hk z_k (L from :func:`_chol_psd`): heads 1..H−1 on trapezoid grids of
-    ``n_bayes`` nodes in z_k, the last head given the others through its blurred kernel
-    (:func:`_blurred_at`). Cost: n_w · n_bayes^{H−1} · A² per token."""
-    H = m.shape[0]
-    n, Z = quad.n_bayes, quad.window
-    Lc = _chol_psd(0.5 * (C + C.T))  # (H, H)
-    z = jnp.linspace(-Z, Z, n, dtype=m.dtype)  # (n,)
-    p = jnp.exp(-0.5 * z**2)
-    p = p / p.sum()
-
-    def coord(h, upto):  # m_h + Σ_{k<upto} L_hk z_k over node axes k_0..k_{upto−1}
-        out = m[h]
-        for k in range(upto):
-            out = out + Lc[h, k] * z.reshape((1,) * k + (n,) + (1,) * (upto - 1 - k))
-        return jnp.broadcast_to(out, (n,) * upto)
-
-    mu = coord(H - 1, H - 1)  # (n,)*(H−1)
-    X = _blurred_at(w.reshape((-1,) + (1,) * (H - 1)) + mu[None], Lc[H - 1, H - 1], A, quad)
-    # X: (A, n_w, n, …, n); contract the node axes from the last head backwards
-    letters = "bcdefghopqrstuvxyz"
-    for h in range(H - 2, -1, -1):
-        s = coord(h, h + 1)  # (n,)*(h+1)
-        c = jnp.mean(w)
-        E = _expo(w - c).reshape((-1,) + (1,) * (h + 1)) * _expo(s + c)[None]  # (n_w, n…)
-        G = _g_of(E, A)  # (A, n_w, n, …, n)
-        B = letters[: H - 1 - h]  # the multi-index axes of the later heads
-        K = letters[-(h + 1) :]  # node axes k_0..k_h (last one summed)
-        X = jnp.einsum(f"aw{K},{B}w{K},{K[-1]}->a{B}w{K[:-1]}", G, X, p)
-    return X  # (A,)*H + (n_w,)
-
-
-@functools.partial(jax.custom_jvp, nondiff_argnums=(3, 4))
-def moments_multi(m: Array, C: Array, w: Array, A: int, quad: Quadrature) -> Array:
-    """T[t, a_1..a_H, i] = E Π_h g_{a_h}(w[t, i] + s_h), s ~ N(m[t], C[t]): (T, A…A, n_w)."""
-    return _per_token(functools.partial(_multi_table, A=A, quad=quad), sg(m), sg(C), sg(w))
-
-
-@moments_multi.defjvp
-def _moments_multi_jvp(A, quad, primals, tangents):
-    m, C, w = primals
-    dm, dC, dw = tangents
-    H = m.shape[1]
-    F = moments_multi(m, C, w, A + 2, quad)  # (T, (A+2)×H, n_w)
-
-    def shifted(*offs):  # E Π g_{a_h + off_h}, a_h < A
-        sl = [slice(None)] + [slice(o, o + A) for o in offs] + [slice(None)]
-        return F[tuple(sl)]
-
-    def ax(h):  # a_h along its axis, broadcastable to (T, A…A, n_w)
-        return jnp.arange(A, dtype=F.dtype).reshape((1,) + (1,) * h + (A,) + (1,) * (H - h))
-
-    def e(h, k=1):
-        return tuple(k if j == h else 0 for j in range(H))
-
-    T0 = shifted(*(0,) * H)
-    bshape = (-1,) + (1,) * H + (1,)  # per token, broadcast over indices and w
-    dT = jnp.zeros_like(T0)
-    shift = dw.reshape((-1,) + (1,) * H + (w.shape[1],))  # (T, 1…1, n_w): w is every head's
-    for h in range(H):
-        a = ax(h)
-        d1 = a * T0 - shifted(*e(h))  # E ∂_h Π g
-        d2 = a**2 * T0 - (2 * a + 1) * shifted(*e(h)) + shifted(*e(h, 2))
-        dT = dT + (dm[:, h].reshape(bshape) + shift) * d1 + 0.5 * dC[:, h, h].reshape(bshape) * d2
-        for k in range(h + 1, H):
-            b = ax(k)
-            ek = tuple(int(j == h) + int(j == k) for j in range(H))
-            d12 = a * b * T0 - a * shifted(*e(k)) - b * shifted(*e(h)) + shifted(*ek)
-            dT = dT + 0.5 * (dC[:, h, k] + dC[:, k, h]).reshape(bshape) * d12
-    return T0, dT
-
-
-# ------------------------------------------------------------------------------- Bayes-softmax
