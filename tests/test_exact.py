@@ -291,10 +291,15 @@ def test_hessian_finite_and_consistent_at_singular_Q(act):
         assert float(jnp.abs(hv - fd).max()) < 1e-5 * (1 + float(jnp.abs(fd).max()))
 
 
+FLOOR_FALL = 1e-11  # below it the errors need not fall further
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("act, H", [("softmax", 2), ("softmax1", 3), ("bayes", 2), ("bayes", 3)])
 def test_self_convergence_larger(act, H):
-    """Errors against a finer reference fall with the nodes, to ≲ 1e-9 at the defaults."""
+    """Errors against a finer reference fall with the nodes, to ≲ 1e-9 at the defaults, until
+    they reach the floor of round-off and of the pair rule's coarser grids for small spreads
+    (FLOOR_FALL: softmax H = 2 gave 1.6e-12, then 3.7e-12 at the defaults)."""
     M, Q, b = grouped([[2.0, 1.0], [-2.0, -1.0], [1.0, 2.0]][:H], b=-0.5)
     Q = Q + 0.2 * jnp.eye(H)
     law = LAWS["discrete"]
@@ -306,7 +311,7 @@ def test_self_convergence_larger(act, H):
         quads = [Quadrature(n_w=a, n_s=b) for a, b in nodes]
     r = [float(exact_risk(M, Q, b, Model(ACTIVATIONS[act], law, 10), q).mean) for q in quads]
     errs = [abs(x - r[-1]) for x in r[:-1]]
-    assert all(a > b for a, b in itertools.pairwise(errs)), errs
+    assert all(a > b or a < FLOOR_FALL for a, b in itertools.pairwise(errs)), errs
     assert errs[-1] < 1e-9, errs
 
 
