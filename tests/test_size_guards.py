@@ -62,6 +62,9 @@ CASES = {
         ("train.batch", "memory"),
     ),
     "theory-n-1e10": (["theory", "--n", "10000000000"], ("theory.n", "memory")),
+    # every sample's Jacobian kept: P² = (64·2 + 64² + 64)² numbers each, ~600 GB at H = 64
+    "saddles-H-64": (["saddles", "-c", str(ROOT / "experiments/two_phase.toml"), "--set",
+                      "model.H=64", "-o", "{tmp}/s.nc"], ("model.H", "memory")),  # fmt: skip
     "theory-1e9-seeds": (["theory", "--set", "seeds=1000000000"], ("seeds", "memory")),
     "bayes-L-1e9": (["bayes", "--L", "1000000000"], ("task.L", "memory")),
     "bayes-finite-D-1e9": (

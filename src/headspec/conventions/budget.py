@@ -378,20 +378,33 @@ def estimate_prune(n: int, L: int, H: int, F: int, A: int, random_orders: int = 
 
 
 def estimate_jacobian(n: int, L: int, H: int, F: int, A: int, field: str = "--n") -> Estimate:
-    """Memory of a Jacobian of the drift on ``n`` samples (saddles, the split map): its H·F +
-    H(H+1)/2 + H columns pushed forward at once, counted as seeds (rough, not measured)."""
-    cols = H * F + H * (H + 1) // 2 + H
+    """Memory of a Jacobian of the drift on ``n`` samples (saddles, the split map):
+    :func:`~headspec.dynamics.jacobian.drift_jacobian` keeps every sample's Jacobian (P × P,
+    P = HF + H² + H, per atom; twice while they are joined) and forms them a chunk at a time
+    (:func:`~headspec.dynamics.jacobian.auto_chunk`: at most ~1 GiB). Measured 2026-12-06 (E1,
+    L = 10, n = 2048, two atoms): peak 2.44 GB at H = 8, of which ~1.3 GB the process itself;
+    this estimate 1.3 GB (until then: all 1024 samples of a chunk at once, 13.7 GB)."""
+    from headspec.dynamics.jacobian import auto_chunk, sample_bytes
+
+    P = H * F + H * H + H
     section = field.removesuffix(".n") if field.endswith(".n") else field
-    base, grads = _drift_terms(cols, n, False, L, H, F, A, section)
+    base, _ = _drift_terms(1, n, False, L, H, F, A, section)
     base = base._replace(fields=f"{field} = {_n(n)}", factors=((field, n, 1), ("task.L", L, 1)))
-    grads = grads._replace(
-        what="the drift's per-sample gradients along every direction of its Jacobian",
-        fields=f"(H·F + H(H+1)/2 + H) × {field} × atoms × task.L = {_n(cols)} × {_n(n)} × "
-        f"{_n(A)} × {_n(L)} (model.H = {H})",
-        fix=f"a smaller {field}, fewer heads (model.H) or a shorter task.L",
-        factors=((field, n, 1), ("task.latent.atoms", A, 1), ("task.L", L, 1), ("model.H", H, 2)),
+    kept = Term(
+        2 * A * n * P * P * F64,
+        "every sample's Jacobian (for the eigenvalues' standard errors)",
+        f"atoms × {field} × P², P = H·F + H² + H = {_n(A)} × {_n(n)} × {_n(P)}² (model.H = {H})",
+        f"a smaller {field} or fewer heads (model.H)",
+        ((field, n, 1), ("task.latent.atoms", A, 1), ("model.H", H, 4)),
     )
-    return Estimate("the Jacobian", [base, grads], cols * n, "drift samples")
+    chunk = Term(
+        auto_chunk(H, F, L) * sample_bytes(H, F, L),
+        "one chunk of per-sample intermediates (≤ 1 GiB, or one sample)",
+        f"about 20 × task.L × P² numbers a sample (model.H = {H}, task.L = {L})",
+        "fewer heads (model.H) or a shorter task.L",
+        (("model.H", H, 4), ("task.L", L, 1)),
+    )
+    return Estimate("the Jacobian", [base, kept, chunk], P * n, "drift samples")
 
 
 def estimate_splitmap(cfg: SplitMapConfig) -> Estimate:

@@ -132,9 +132,16 @@ def _hidden(M: Array, Q: Array, b: Array, law: LatentLaw):
 
 
 # ----------------------------------------------------------------------- softmax and softmax-1
-def _per_head_risk(M, Q, b, law, L, quad, *, kappa, c):
-    """R given each hidden-token law (K,) for per-head normalisers (softmax, softmax-1)."""
+def _per_head_risk(M, Q, b, law, L, quad, *, kappa, c, sizes=None, within=None):
+    """R given each hidden-token law (K,) for per-head normalisers (softmax, softmax-1).
+
+    ``sizes`` (static, G entries): the rows are G groups of identical heads, group g standing
+    for ``sizes[g]`` heads, whose equal keys have the overlap ``within[g]`` (G,) between two of
+    them (= Q_gg at a grouped state, a coordinate of its own for the gradient): R of the
+    H = Σ sizes heads from G(G + 1)/2 kinds of pairs instead of H(H − 1)/2
+    (:mod:`headspec.core.grouped`)."""
     H = M.shape[0]
+    n = np.ones(H) if sizes is None else np.asarray(sizes, np.float64)  # (G,) multiplicities
     hm, hC, _, _ = _hidden(M, Q, b, law)  # (K, H), (K, H, H)
     K = hm.shape[0]
     qd = jnp.diagonal(Q)  # (H,)
@@ -163,21 +170,30 @@ def _per_head_risk(M, Q, b, law, L, quad, *, kappa, c):
     EA1sq = jnp.sum(
         om2[:, None] * kap[:, None] * en[:, None, 2] * n0 ** (L - 2) * eh[:, :, 0], -1
     )  # (H, K)
-    sq = jnp.sum(EA0sq + (L - 1) * EA1sq, 0)  # (K,)
+    sq = jnp.sum(n[:, None] * (EA0sq + (L - 1) * EA1sq), 0)  # (K,)
 
-    pairs = list(itertools.combinations(range(H), 2))
+    pairs = list(itertools.combinations(range(H), 2))  # and a group's pairs with itself:
+    pairs += [(g, g) for g in range(H) if n[g] > 1]
     cross = jnp.zeros(K, M.dtype)
     if pairs:
         ij = np.array(pairs)  # (P, 2)
         i1, i2 = ij[:, 0], ij[:, 1]
+        mult = np.where(i1 == i2, n[i1] * (n[i1] - 1) / 2, n[i1] * n[i2])  # (P,) pairs of heads
         rows, cols = ij[:, :, None], ij[:, None, :]  # (P, 2, 1), (P, 1, 2)
+        Qp = Q[rows, cols]  # (P, 2, 2); two heads of one group: their own overlap off-diagonal
+        if within is not None:
+            same = jnp.asarray(i1 == i2)[:, None, None] & ~jnp.eye(2, dtype=bool)
+            Qp = jnp.where(same, within[i1][:, None, None], Qp)
         pm = jnp.concatenate([b[ij][:, None], jnp.swapaxes(hm[:, ij], 0, 1)], 1)  # (P, T, 2)
-        pC = jnp.concatenate([Q[rows, cols][:, None], jnp.swapaxes(hC[:, rows, cols], 0, 1)], 1)
+        hp = jnp.swapaxes(hC[:, rows, cols], 0, 1)  # (P, K, 2, 2)
+        if within is not None:  # a Gaussian law's hidden tokens: Q's block + MΣMᵀ's
+            hp = Qp[:, None] + jnp.swapaxes((hC - Q)[:, rows, cols], 0, 1)
+        pC = jnp.concatenate([Qp[:, None], hp], 1)  # (P, T, 2, 2)
         omp = om1[i1][:, :, None] * om1[i2][:, None, :]  # (P, n_w, n_w)
         kp = kap[i1][:, :, None] * kap[i2][:, None, :]  # (P, n_w, n_w)
         terms = _pair_terms(pm, pC, sg(w[i1]), sg(w[i2]), sg(omp * kp), L, quad)  # (P, K)
-        cross = 2.0 * jnp.sum(terms, 0)  # (K,)
-    return 0.5 * c**2 * (sq + cross) - c * jnp.sum(EA0, 0) + 0.5  # (K,)
+        cross = 2.0 * jnp.sum(jnp.asarray(mult)[:, None] * terms, 0)  # (K,)
+    return 0.5 * c**2 * (sq + cross) - c * jnp.sum(n[:, None] * EA0, 0) + 0.5  # (K,)
 
 
 def _pair_sum(F: Array, wgt: Array, L: int) -> Array:
@@ -247,8 +263,11 @@ def _pair_terms_jvp(L, quad, primals, tangents):
 def _pair_derivatives(m, C, w, v, wgt, L: int, quad: Quadrature) -> tuple[Array, Array]:
     """:func:`_pair_coefficients` of every pair, one after another: (P, K), (P, K, T, 5). Its own
     derivative (a second derivative of R: Jacobians of the drift) is that of the same
-    computation for all pairs at once through :func:`~headspec.core.quadrature.moments2`,
-    exact to any order at the memory cost described in :func:`_pair_terms`."""
+    computation through :func:`~headspec.core.quadrature.moments2` (Price's theorem once more),
+    also one pair after another: a Jacobian's tangents (``jax.jacfwd``: all H² + HF + H
+    directions at once) then hold one pair's tables each, not every pair's (the all-pairs form
+    needed 5 GB for a Jacobian at H = 8, ~90 GB at H = 16). Third and higher derivatives are not
+    available through it (a custom JVP inside ``lax.map``, see :func:`_pair_terms`)."""
     tables = functools.partial(pair_tables, A=4, quad=quad, combos=PRICE_COMBOS)
     return _pair_loop(lambda m, C, w, v, wgt: _pair_coefficients(tables(m, C, w, v), wgt, L),
                       m, C, w, v, wgt)  # fmt: skip
@@ -256,14 +275,19 @@ def _pair_derivatives(m, C, w, v, wgt, L: int, quad: Quadrature) -> tuple[Array,
 
 @_pair_derivatives.defjvp
 def _pair_derivatives_jvp(L, quad, primals, tangents):
-    def at_once(m, C, w, v, wgt):
-        P, T = m.shape[:2]
-        W, V = (jnp.repeat(x, T, axis=0) for x in (sg(w), sg(v)))  # (P·T, n_w)
-        F = moments2(m.reshape(P * T, 2), C.reshape(P * T, 2, 2), W, V, 4, quad)
-        F = F.reshape(P, T, *F.shape[1:])  # (P, T, 4, 4, n_w, n_w)
-        return jax.vmap(lambda F, wgt: _pair_coefficients(F, wgt, L))(F, sg(wgt))
+    def one_pair(m, C, w, v, wgt):  # (T, 2), (T, 2, 2), (n_w,) ×2, (n_w, n_w)
+        T = m.shape[0]
+        W, V = (jnp.broadcast_to(x, (T, x.size)) for x in (w, v))  # (T, n_w)
+        return _pair_coefficients(moments2(m, C, W, V, 4, quad), wgt, L)
 
-    return jax.jvp(at_once, primals, tangents)
+    def each(x):
+        (m, C, w, v, wgt), (dm, dC) = x
+        zero = jnp.zeros_like  # the grids and weights carry no derivative (see _pair_terms)
+        return jax.jvp(one_pair, (m, C, sg(w), sg(v), sg(wgt)),
+                       (dm, dC, zero(w), zero(v), zero(wgt)))  # fmt: skip
+
+    out, tan = jax.lax.map(each, (primals, tangents[:2]))
+    return out, tan
 
 
 # --------------------------------------------------- all heads at one w: E Π_h g_{a_h}(w + s_h)

@@ -44,9 +44,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from headspec.core.accuracy import error_bound
+from headspec.core.grouped import groupable, grouped_risk_and_gradient
 from headspec.core.linalg import psd_root, qr
 from headspec.core.precision import float64
 from headspec.core.stats import sample_mean_se
+from headspec.dynamics.eta2 import RiskGradient
 from headspec.dynamics.jacobian import drift_integrand
 from headspec.dynamics.problem import DriftProblem, Exact, OrderParameters, flatten
 
@@ -145,7 +147,13 @@ def _residual_terms(x, args):
     if not isinstance(problem.method, Exact):
         return _reduced_terms(x, sizes, F, problem)
     st = _expanded(x, sizes, F)
-    lin = problem.method.linear(problem, st, problem.lr, problem.lr_b)[1]
+    grad = None
+    if groupable(problem.model) and len(sizes) < st.M.shape[0]:  # G(G+1)/2 kinds of pairs
+        M, W, b = _unpack(x, len(sizes), F)
+        g = grouped_risk_and_gradient(M, M @ M.T + W @ W.T, b, sizes, problem.model,
+                                      problem.method.quad)  # fmt: skip
+        grad = RiskGradient(*g)
+    lin = problem.method.linear(problem, st, problem.lr, problem.lr_b, grad)[1]
     lin = _reduce_flat(flatten(lin), sizes, st.M.shape[0], F)[None]  # (1, p)
     if not problem.eta2:
         return lin

@@ -46,7 +46,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from headspec.core.accuracy import FLOOR, SAFETY
-from headspec.core.linalg import psd_root
+from headspec.core.linalg import jacobian_in_batches, psd_root
 from headspec.core.observables import sample_loss, token_projections
 from headspec.core.precision import float64
 from headspec.core.stats import sample_mean_se
@@ -112,41 +112,58 @@ def _sample_terms(lam, nu, b, problem: DriftProblem, linear: bool):
 
 
 @eqx.filter_jit
-def _chunk_terms(lam, nu, b, problem: DriftProblem, linear: bool):
-    """:func:`_sample_terms` over a chunk of samples, compiled once per shape and setting."""
-    return jax.vmap(lambda la, nu_: _sample_terms(la, nu_, b, problem, linear))(lam, nu)
-
-
-@eqx.filter_jit
 def _exact_part(problem: DriftProblem, x, H: int, F: int):
-    """The exact method's η-linear drift (flat) and its Jacobian by ``jax.jacfwd``."""
+    """The exact method's η-linear drift (flat) and its Jacobian by forward mode, in batches of
+    directions (:func:`~headspec.core.linalg.jacobian_in_batches`: memory bounded at any H)."""
 
     def f(x):
         st = unflatten(x, H, F)
         return flatten(problem.method.linear(problem, st, problem.lr, problem.lr_b)[1])
 
-    return f(x), jax.jacfwd(f)(x)
+    return jacobian_in_batches(f, x)
+
+
+#: memory of one chunk of per-sample η² Jacobians in :func:`drift_jacobian` (bytes)
+CHUNK_MEMORY = 2**30
+
+
+def sample_bytes(H: int, F: int, L: int) -> int:
+    """Memory of one sample's intermediates in :func:`drift_jacobian`: ≈ 20·L·P² numbers,
+    P = HF + H² + H (measured 2026-12-06 from the peak memory at two chunk sizes, L = 10:
+    1.16 MB per sample at H = 4 and 12.1 MB at H = 8, 1.5 and 1.6 kB × P²)."""
+    P = H * F + H * H + H
+    return 20 * L * P * P * 8
+
+
+def auto_chunk(H: int, F: int, L: int, budget: int = CHUNK_MEMORY) -> int:
+    """Samples per chunk of :func:`drift_jacobian`: a power of two ≤ 1024 whose intermediates
+    (:func:`sample_bytes`) fit ``budget`` (1 GiB: 1024 at H ≤ 3, 64 at H = 8, 4 at H = 16)."""
+    fit = max(1, budget // sample_bytes(H, F, L))
+    return int(min(1024, 2 ** int(np.log2(fit))))
 
 
 @float64
 def drift_jacobian(
     problem: DriftProblem,
     state: OrderParameters,
-    chunk: int = 1024,
+    chunk: int | None = None,
     keep_samples: bool = False,
 ) -> Jacobian:
     """The drift and its Jacobian, finite at singular Q − MMᵀ (see module).
 
-    Sampled method: Price's theorem over the base samples. Exact method: ``jax.jacfwd`` of the
-    η-linear drift built from the exact risk, plus the η² term by Price's theorem over the base
-    samples (the only part with a standard error). Without the η² term (``problem.linear()``,
-    the gradient-flow limit) the exact Jacobian has no sampling error at all. Samples are
-    processed ``chunk`` at a time (memory ∝ chunk·P·H²). ``keep_samples`` keeps the per-sample
-    Jacobians, from which :func:`modes` gives each eigenvalue its standard error.
+    Sampled method: Price's theorem over the base samples. Exact method: forward mode through
+    the η-linear drift built from the exact risk, plus the η² term by Price's theorem over the
+    base samples (the only part with a standard error). Without the η² term
+    (``problem.linear()``, the gradient-flow limit) the exact Jacobian has no sampling error at
+    all. Samples are processed ``chunk`` at a time (default :func:`auto_chunk`: their
+    intermediates within :data:`CHUNK_MEMORY`; until 2026-12-06 a fixed 1024, 13.7 GB at H = 8),
+    each chunk's Jacobians formed at once, so what stays is the per-sample Jacobians (n, P, P)
+    for the mean and its standard error. ``keep_samples`` keeps them in the result, from which
+    :func:`modes` gives each eigenvalue its standard error.
     """
     M, Q, b = (jnp.asarray(x, jnp.float64) for x in state)
     H, F = M.shape
-    P = H * F + H * H + H
+    chunk = auto_chunk(H, F, problem.L) if chunk is None else int(chunk)
     exact = isinstance(problem.method, Exact)
     x = flatten(OrderParameters(M, Q, b))
     if exact and not problem.eta2:
@@ -156,23 +173,19 @@ def drift_jacobian(
         acc = problem.method.jacobian_accuracy
         diff = _exact_part(problem.refined(), x, H, F)[1] - J
         return Jacobian(value, J, zeros(value), zeros(J), samples, acc, diff)
-    base, law = problem.base, problem.law
+    base = problem.base
     S = psd_root(Q - M @ M.T)  # (H, H): only to draw λ; never differentiated
 
-    def per_sample(theta):  # θ (n, F) → per-sample (ψ, G, T, ∂ψ/∂b), each with leading n
+    def per_sample(theta):  # θ (n, F) → per-sample drift (n, P) and Jacobian (n, P, P)
         nu, lam = token_projections(M, S, theta, base)  # (n, L, F), (n, H, L)
         n = nu.shape[0]
         parts = [
-            _chunk_terms(lam[i : i + chunk], nu[i : i + chunk], b, problem, not exact)
+            _chunk_jacobians(lam[i : i + chunk], nu[i : i + chunk], b, M, problem, not exact)
             for i in range(0, n, chunk)
         ]
         return jax.tree.map(lambda *x: jnp.concatenate(x), *parts)
 
-    value, G, T, Jb = law.expect(per_sample, base.theta)  # (n, P), (n, P, H, F), …, (n, P, H)
-    J_M = G - jnp.einsum("nphj,jf->nphf", T, M)  # (n, P, H, F)
-    J = jnp.concatenate(
-        [J_M.reshape(-1, P, H * F), 0.5 * T.reshape(-1, P, H * H), Jb], axis=2
-    )  # (n, P, P)
+    value, J = problem.law.expect(per_sample, base.theta)  # (n, P), (n, P, P)
     diff = None
     if exact:  # add the exact η-linear part to every sample's η² part
         lin, J_lin = _exact_part(problem, x, H, F)
@@ -182,6 +195,22 @@ def drift_jacobian(
     J_mean, J_se = sample_mean_se(J)
     acc = problem.method.jacobian_accuracy
     return Jacobian(F_mean, J_mean, F_se, J_se, J if keep_samples else None, acc, diff)
+
+
+@eqx.filter_jit
+def _chunk_jacobians(lam, nu, b, M, problem: DriftProblem, linear: bool):
+    """Per-sample drift (c, P) and Jacobian (c, P, P) of a chunk of samples (Price's theorem:
+    :func:`_sample_terms`), compiled once per shape and setting."""
+    H, F = M.shape
+    P = H * F + H * H + H
+    value, G, T, Jb = jax.vmap(lambda la, nu_: _sample_terms(la, nu_, b, problem, linear))(
+        lam, nu
+    )  # (c, P), (c, P, H, F), (c, P, H, H), (c, P, H)
+    J_M = G - jnp.einsum("nphj,jf->nphf", T, M)  # (c, P, H, F)
+    J = jnp.concatenate(
+        [J_M.reshape(-1, P, H * F), 0.5 * T.reshape(-1, P, H * H), Jb], axis=2
+    )  # (c, P, P)
+    return value, J
 
 
 def symmetric_coordinates(H: int, F: int) -> tuple[np.ndarray, np.ndarray]:

@@ -34,7 +34,7 @@ import numpy as np
 
 from headspec.core.attention import Activation
 from headspec.core.latent import LatentLaw
-from headspec.core.linalg import eigvalsh
+from headspec.core.linalg import eigvalsh, jacobian_in_batches
 from headspec.core.observables import BaseSamples, Observation, population_risk
 from headspec.core.precision import float64, float64_context
 from headspec.dynamics.problem import (
@@ -78,7 +78,8 @@ class Solver(eqx.Module):
 
 @float64
 def drift_and_jacobian(problem: DriftProblem, state: OrderParameters, jitter=0.0):
-    """The drift at ``state`` and its Jacobian ∂(drift)/∂(M, Q, b) by ``jax.jacfwd``.
+    """The drift at ``state`` and its Jacobian ∂(drift)/∂(M, Q, b) by forward mode (in batches
+    of directions: :func:`~headspec.core.linalg.jacobian_in_batches`).
 
     Both act on the flat vector of :func:`flatten` (M row-major, then Q, then b), so fixed points
     can be found (drift = 0) and classified (eigenvalues of the Jacobian). Q's entries are treated
@@ -108,7 +109,7 @@ def _value_and_jacobian(problem: DriftProblem, x, H: int, F: int):
     def f(x):
         return flatten(problem.field_at(unflatten(x, H, F)))
 
-    return f(x), jax.jacfwd(f)(x)
+    return jacobian_in_batches(f, x)
 
 
 # ============================================================================ integration
