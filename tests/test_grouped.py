@@ -105,3 +105,21 @@ def test_bayes_softmax_is_refused():
     model = Model(BayesSoftmax(), LAWS["discrete"], L=10)
     with pytest.raises(TypeError, match="couple in pairs"):
         grouped_risk_and_gradient(*_state(2, seed=0), (2, 2), model)
+
+
+def test_a_third_derivative_of_the_pair_terms_raises_instead_of_giving_zero():
+    """The second derivatives loop over pairs; differentiating them once more would silently
+    give 0 (a custom JVP inside lax.map, JAX 0.10: 0.0 against 0.0028 by finite differences of
+    the second derivative, measured), so forward mode raises (reverse mode, grad∘grad∘grad,
+    still gives 0: documented as not supported in core/exact.py)."""
+    model = Model(Softmax(), LAWS["discrete"], L=10)
+    with float64_context():
+        M, Q, b = _state(2, seed=1)
+
+        def f(s):
+            return exact_risk(M, Q.at[0, 1].add(s).at[1, 0].add(s), b, model).mean
+
+        d2 = jax.jacfwd(jax.grad(f))
+        assert np.isfinite(float(d2(0.0)))
+        with pytest.raises(NotImplementedError, match="third and higher derivatives"):
+            jax.jacfwd(d2)(0.0)

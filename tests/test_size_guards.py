@@ -39,6 +39,7 @@ from results import write_result
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
 G = 1000**3
+E1 = str(ROOT / "experiments/two_phase.toml")
 
 # (command and arguments, texts the one-line refusal must contain). {tmp}: a temporary folder,
 # {sim}/{theory}: tiny result files, {big}: a 2 MB "config". simulate/theory get -o {tmp}/out.nc.
@@ -63,8 +64,7 @@ CASES = {
     ),
     "theory-n-1e10": (["theory", "--n", "10000000000"], ("theory.n", "memory")),
     # every sample's Jacobian kept: P² = (64·2 + 64² + 64)² numbers each, ~600 GB at H = 64
-    "saddles-H-64": (["saddles", "-c", str(ROOT / "experiments/two_phase.toml"), "--set",
-                      "model.H=64", "-o", "{tmp}/s.nc"], ("model.H", "memory")),  # fmt: skip
+    "saddles-H-64": (["saddles", "-c", E1, "--set", "model.H=64"], ("model.H", "memory")),
     "theory-1e9-seeds": (["theory", "--set", "seeds=1000000000"], ("seeds", "memory")),
     "bayes-L-1e9": (["bayes", "--L", "1000000000"], ("task.L", "memory")),
     "bayes-finite-D-1e9": (
@@ -163,7 +163,7 @@ def test_refused_before_any_work(name, files, tmp_path):
     subs = {"{tmp}": str(tmp_path), **{"{" + k + "}": v for k, v in files.items()}}
     args = [subs.get(a, a).replace("{tmp}", str(tmp_path)) for a in args]
     out = tmp_path / "out.nc"
-    if args[0] in ("simulate", "theory"):
+    if args[0] in ("simulate", "theory", "saddles"):
         args += ["-o", str(out)]
     if args[0] == "bayes":
         args += ["--json", str(tmp_path / "out.json")]

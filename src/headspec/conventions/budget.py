@@ -2,12 +2,11 @@
 work, and a refusal that names the option, the estimate and a fix when it cannot fit.
 
 The estimates are pure functions of a config (or of a few sizes); they count the arrays a run
-holds at its peak (bytes) — the D-dimensional keys, frames and tokens of the full engine (per
-seed, batch and token), the reduced engine's blocks of random numbers, the base samples of the
-D → ∞ risk (``record.n_mc``) and of the ODE's drift (``theory.n``) with the per-sample
-intermediates of their evaluation (vmapped over seeds), the chunks and per-sample losses of
-`headspec bayes`, the recorded grid — each term times a small factor for the temporaries XLA keeps
-beside it (measured on CPU, see ``tests/test_size_guards.py``). They are meant to be within a
+holds at its peak (bytes) — the full engine's D-dimensional keys, frames and tokens, the reduced
+engine's blocks of random numbers, the base samples of the D → ∞ risk (``record.n_mc``) and of
+the drift (``theory.n``) with their per-sample intermediates (vmapped over seeds), `headspec
+bayes`' chunks, the recorded grid — each times a small factor for XLA's temporaries beside it
+(measured on CPU, see ``tests/test_size_guards.py``). They are meant to be within a
 few times the real peak: far enough above it to refuse what would exhaust the machine, close
 enough not to refuse today's runs.
 
@@ -18,9 +17,8 @@ estimated on one machine and runs on another) and refuses:
 
 - a run whose estimate exceeds that memory;
 - a simulation of more than :data:`MAX_STEPS` SGD steps (``train.T·task.D/train.batch``; for the
-  diffusion engine, Euler–Maruyama steps ``train.T/diffusion.dt``), and any
-  run whose time grid, counted in steps, exceeds 2⁵³ (steps are exact integers in float64 only up
-  to there; ``train.T = 1e30`` overflowed int64 and ran forever);
+  diffusion engine ``train.T/diffusion.dt``), and any run whose time grid, counted in steps,
+  exceeds 2⁵³ (exact in float64 only up to there; ``train.T = 1e30`` overflowed and ran forever);
 - any whole-number setting beyond a 64-bit integer (JAX's index type here);
 - a sweep of more than :data:`MAX_SWEEP_TASKS` tasks (:func:`check_sweep_size`), before its
   configs are built.
@@ -378,32 +376,25 @@ def estimate_prune(n: int, L: int, H: int, F: int, A: int, random_orders: int = 
 
 
 def estimate_jacobian(n: int, L: int, H: int, F: int, A: int, field: str = "--n") -> Estimate:
-    """Memory of a Jacobian of the drift on ``n`` samples (saddles, the split map):
-    :func:`~headspec.dynamics.jacobian.drift_jacobian` keeps every sample's Jacobian (P × P,
-    P = HF + H² + H, per atom; twice while they are joined) and forms them a chunk at a time
-    (:func:`~headspec.dynamics.jacobian.auto_chunk`: at most ~1 GiB). Measured 2026-12-06 (E1,
-    L = 10, n = 2048, two atoms): peak 2.44 GB at H = 8, of which ~1.3 GB the process itself;
-    this estimate 1.3 GB (until then: all 1024 samples of a chunk at once, 13.7 GB)."""
+    """Memory of a Jacobian of the drift on ``n`` samples (saddles, the split map): every
+    sample's P × P Jacobian (P = HF + H² + H; per atom, twice while joined) and one chunk of
+    :func:`~headspec.dynamics.jacobian.drift_jacobian` (≤ ~1 GiB). Measured 2026-12-06 (E1,
+    L = 10, n = 2048): peak 2.44 GB at H = 8 (this: 1.3 GB + ~1.3 GB of process), 11.0 GB at
+    H = 16 (this: 6.7 GB)."""
     from headspec.dynamics.jacobian import auto_chunk, sample_bytes
 
     P = H * F + H * H + H
-    section = field.removesuffix(".n") if field.endswith(".n") else field
-    base, _ = _drift_terms(1, n, False, L, H, F, A, section)
+    base, _ = _drift_terms(1, n, False, L, H, F, A, field.removesuffix(".n"))
     base = base._replace(fields=f"{field} = {_n(n)}", factors=((field, n, 1), ("task.L", L, 1)))
-    kept = Term(
-        2 * A * n * P * P * F64,
-        "every sample's Jacobian (for the eigenvalues' standard errors)",
-        f"atoms × {field} × P², P = H·F + H² + H = {_n(A)} × {_n(n)} × {_n(P)}² (model.H = {H})",
-        f"a smaller {field} or fewer heads (model.H)",
-        ((field, n, 1), ("task.latent.atoms", A, 1), ("model.H", H, 4)),
-    )
-    chunk = Term(
-        auto_chunk(H, F, L) * sample_bytes(H, F, L),
-        "one chunk of per-sample intermediates (≤ 1 GiB, or one sample)",
-        f"about 20 × task.L × P² numbers a sample (model.H = {H}, task.L = {L})",
-        "fewer heads (model.H) or a shorter task.L",
-        (("model.H", H, 4), ("task.L", L, 1)),
-    )
+    kept = Term(2 * A * n * P * P * F64, "every sample's Jacobian (for the eigenvalues' s.e.)",
+                f"atoms × {field} × P², P = H·F + H² + H = {_n(A)} × {_n(n)} × {_n(P)}²",
+                f"a smaller {field} or fewer heads (model.H)",
+                ((field, n, 1), ("task.latent.atoms", A, 1), ("model.H", H, 4)))  # fmt: skip
+    chunk = Term(auto_chunk(H, F, L) * sample_bytes(H, F, L),
+                 "one chunk of per-sample intermediates (≤ 1 GiB, or one sample)",
+                 f"about 20 × task.L × P² numbers a sample (model.H = {H}, task.L = {L})",
+                 "fewer heads (model.H) or a shorter task.L",
+                 (("model.H", H, 4), ("task.L", L, 1)))  # fmt: skip
     return Estimate("the Jacobian", [base, kept, chunk], P * n, "drift samples")
 
 

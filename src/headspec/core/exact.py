@@ -50,7 +50,9 @@ Derivatives: every Gaussian expectation has a ``jax.custom_jvp`` by Price's theo
 dE f = E[∇f]·dm + ½ tr(dC E[∇²f]), evaluated by the same rule (g_a' = a g_a − g_{a+1}, so the
 derivatives of e_a, F_ab are again e, F with a + 1, a + 2). No square root of Q is ever
 differentiated: gradients and Jacobians are finite and correct at singular Q (identical heads,
-keys inside span(K*), the Bayes construction), and derivatives of any order are available.
+keys inside span(K*), the Bayes construction). Softmax and softmax-1 with H ≥ 2 heads have
+first and second derivatives only (the pair terms loop over pairs; see :func:`_pair_second`);
+one head and Bayes-softmax, any order.
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -66,7 +68,7 @@ Example:
     >>> bool(r.err < 1e-9)
     True
     >>> from headspec.core.precision import float64_context
-    >>> with float64_context():      # gradients of any order, here at a singular Q (two heads)
+    >>> with float64_context():      # gradients, here at a singular Q (two heads)
     ...     M2, Q2 = jnp.array([[2.0], [2.0]]), jnp.full((2, 2), 4.0)
     ...     R = lambda Q: exact_risk(M2, Q, jnp.zeros(2), model).mean
     ...     g = jax.grad(R)(Q2)
@@ -261,13 +263,10 @@ def _pair_terms_jvp(L, quad, primals, tangents):
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(5, 6))
 def _pair_derivatives(m, C, w, v, wgt, L: int, quad: Quadrature) -> tuple[Array, Array]:
-    """:func:`_pair_coefficients` of every pair, one after another: (P, K), (P, K, T, 5). Its own
-    derivative (a second derivative of R: Jacobians of the drift) is that of the same
-    computation through :func:`~headspec.core.quadrature.moments2` (Price's theorem once more),
-    also one pair after another: a Jacobian's tangents (``jax.jacfwd``: all H² + HF + H
-    directions at once) then hold one pair's tables each, not every pair's (the all-pairs form
-    needed 5 GB for a Jacobian at H = 8, ~90 GB at H = 16). Third and higher derivatives are not
-    available through it (a custom JVP inside ``lax.map``, see :func:`_pair_terms`)."""
+    """:func:`_pair_coefficients` of every pair, one after another: (P, K), (P, K, T, 5). Its
+    derivative (a second derivative of R: Jacobians of the drift), :func:`_pair_second`, goes
+    one pair at a time too, so a Jacobian's tangents hold one pair's tables each (the all-pairs
+    form needed 5 GB for a Jacobian at H = 8, ~90 GB at H = 16)."""
     tables = functools.partial(pair_tables, A=4, quad=quad, combos=PRICE_COMBOS)
     return _pair_loop(lambda m, C, w, v, wgt: _pair_coefficients(tables(m, C, w, v), wgt, L),
                       m, C, w, v, wgt)  # fmt: skip
@@ -275,19 +274,35 @@ def _pair_derivatives(m, C, w, v, wgt, L: int, quad: Quadrature) -> tuple[Array,
 
 @_pair_derivatives.defjvp
 def _pair_derivatives_jvp(L, quad, primals, tangents):
+    return _pair_second(*primals, *tangents[:2], L, quad)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(7, 8))
+def _pair_second(m, C, w, v, wgt, dm, dC, L: int, quad: Quadrature):
+    """:func:`_pair_derivatives` and its tangent along (dm, dC), pair by pair. A third derivative
+    of R would differentiate this (the tables' custom JVP inside ``lax.map``: it would be 0), so
+    forward mode raises; reverse mode (grad∘grad∘grad) still gives 0: not supported."""
+
     def one_pair(m, C, w, v, wgt):  # (T, 2), (T, 2, 2), (n_w,) ×2, (n_w, n_w)
         T = m.shape[0]
         W, V = (jnp.broadcast_to(x, (T, x.size)) for x in (w, v))  # (T, n_w)
         return _pair_coefficients(moments2(m, C, W, V, 4, quad), wgt, L)
 
     def each(x):
-        (m, C, w, v, wgt), (dm, dC) = x
+        m, C, w, v, wgt, dm, dC = x
         zero = jnp.zeros_like  # the grids and weights carry no derivative (see _pair_terms)
         return jax.jvp(one_pair, (m, C, sg(w), sg(v), sg(wgt)),
                        (dm, dC, zero(w), zero(v), zero(wgt)))  # fmt: skip
 
-    out, tan = jax.lax.map(each, (primals, tangents[:2]))
-    return out, tan
+    return jax.lax.map(each, (m, C, w, v, wgt, dm, dC))
+
+
+@_pair_second.defjvp
+def _pair_second_jvp(L, quad, primals, tangents):
+    raise NotImplementedError(
+        "third and higher derivatives of the exact risk's pair terms are not available (its "
+        "second derivatives go one pair at a time, inside lax.map); gradients and Hessians are"
+    )
 
 
 # --------------------------------------------------- all heads at one w: E Π_h g_{a_h}(w + s_h)
@@ -405,9 +420,9 @@ def exact_risk(
     M (H, F), Q (H, H) (PSD, singular allowed; entries treated as independent), b (H,); the
     ``model``'s L ≥ 2 tokens, a discrete (spike, flipped spike) or Gaussian law and softmax,
     softmax-1 or Bayes-softmax with either aggregation. Jitted (one compilation per shapes,
-    activation, law family, L and ``quad``) and differentiable in M, Q, b by ``jax.grad``/
-    ``jax.jacfwd`` to any order. ``by_atom`` is R given θ = a_j for discrete laws (empty for a
-    Gaussian law).
+    activation, law family, L and ``quad``); gradients and Hessians in M, Q, b by ``jax.grad``/
+    ``jax.jacfwd`` (higher orders: see the module). ``by_atom`` is R given θ = a_j for discrete
+    laws (empty for a Gaussian law).
 
     ``certify``: also evaluate the rule :meth:`~headspec.core.quadrature.Quadrature.refined`
     (≈ 2–3× the cost) and give ``err``/``by_atom_err`` as
