@@ -137,11 +137,9 @@ def _hidden(M: Array, Q: Array, b: Array, law: LatentLaw):
 def _per_head_risk(M, Q, b, law, L, quad, *, kappa, c, sizes=None, within=None):
     """R given each hidden-token law (K,) for per-head normalisers (softmax, softmax-1).
 
-    ``sizes`` (static, G entries): the rows are G groups of identical heads, group g standing
-    for ``sizes[g]`` heads, whose equal keys have the overlap ``within[g]`` (G,) between two of
-    them (= Q_gg at a grouped state, a coordinate of its own for the gradient): R of the
-    H = Σ sizes heads from G(G + 1)/2 kinds of pairs instead of H(H − 1)/2
-    (:mod:`headspec.core.grouped`)."""
+    ``sizes`` (static): the rows are G groups of identical heads, group g standing for
+    ``sizes[g]`` heads, two of whose keys have the overlap ``within[g]`` (= Q_gg, a coordinate
+    of its own): R of Σ sizes heads from G(G + 1)/2 kinds of pairs (core.grouped)."""
     H = M.shape[0]
     n = np.ones(H) if sizes is None else np.asarray(sizes, np.float64)  # (G,) multiplicities
     hm, hC, _, _ = _hidden(M, Q, b, law)  # (K, H), (K, H, H)
@@ -187,8 +185,9 @@ def _per_head_risk(M, Q, b, law, L, quad, *, kappa, c, sizes=None, within=None):
             same = jnp.asarray(i1 == i2)[:, None, None] & ~jnp.eye(2, dtype=bool)
             Qp = jnp.where(same, within[i1][:, None, None], Qp)
         pm = jnp.concatenate([b[ij][:, None], jnp.swapaxes(hm[:, ij], 0, 1)], 1)  # (P, T, 2)
-        hp = jnp.swapaxes(hC[:, rows, cols], 0, 1)  # (P, K, 2, 2)
-        if within is not None:  # a Gaussian law's hidden tokens: Q's block + MΣMᵀ's
+        if within is None:
+            hp = jnp.swapaxes(hC[:, rows, cols], 0, 1)  # (P, K, 2, 2)
+        else:  # a Gaussian law's hidden tokens: Q's block (with ``within``) + MΣMᵀ's
             hp = Qp[:, None] + jnp.swapaxes((hC - Q)[:, rows, cols], 0, 1)
         pC = jnp.concatenate([Qp[:, None], hp], 1)  # (P, T, 2, 2)
         omp = om1[i1][:, :, None] * om1[i2][:, None, :]  # (P, n_w, n_w)

@@ -62,10 +62,17 @@ def groupable(model: Model) -> bool:
     return isinstance(model.activation, Softmax | Softmax1)
 
 
+def group_index(sizes: tuple[int, ...]) -> np.ndarray:
+    """Group of each head (H,) for group sizes such as (3, 1)."""
+    if not sizes or any(int(s) < 1 for s in sizes):
+        raise ValueError(f"group sizes must be positive integers, got {sizes}")
+    return np.repeat(np.arange(len(sizes)), sizes)
+
+
 def expand_groups(M: Array, Q: Array, b: Array, sizes: tuple[int, ...]):
     """The full state (H heads) of G group representatives: rows repeated ``sizes`` times, two
     heads of one group with overlap Q_gg (identical keys)."""
-    idx = np.repeat(np.arange(len(sizes)), sizes)  # (H,) the group of each head
+    idx = group_index(sizes)  # (H,)
     return M[idx], Q[np.ix_(idx, idx)], b[idx]
 
 
@@ -98,7 +105,7 @@ def grouped_risk_and_gradient(
         M, Q, jnp.diagonal(Q), b, model, quad, sizes
     )
     n = jnp.asarray(sizes, M.dtype)  # (G,)
-    idx = np.repeat(np.arange(len(sizes)), sizes)  # (H,)
+    idx = group_index(sizes)  # (H,)
     per_entry = gQ / (n[:, None] * n[None, :])  # (G, G) between groups
     diag = jnp.diagonal(gQ) / n  # (G,) a head's own Q_hh
     inside = gW / jnp.maximum(n * (n - 1), 1.0)  # (G,) two heads of one group

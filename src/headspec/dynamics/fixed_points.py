@@ -44,7 +44,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from headspec.core.accuracy import error_bound
-from headspec.core.grouped import groupable, grouped_risk_and_gradient
+from headspec.core.grouped import (
+    expand_groups,
+    group_index,
+    groupable,
+    grouped_risk_and_gradient,
+)
 from headspec.core.linalg import psd_root, qr
 from headspec.core.precision import float64
 from headspec.core.stats import sample_mean_se
@@ -55,13 +60,6 @@ from headspec.dynamics.problem import DriftProblem, Exact, OrderParameters, flat
 Array = jax.Array
 
 
-def group_index(sizes: tuple[int, ...]) -> np.ndarray:
-    """Group of each head (H,) for group sizes such as (3, 1)."""
-    if not sizes or any(int(s) < 1 for s in sizes):
-        raise ValueError(f"group sizes must be positive integers, got {sizes}")
-    return np.repeat(np.arange(len(sizes)), sizes)
-
-
 def representatives(sizes: tuple[int, ...]) -> np.ndarray:
     """The first head of each group (G,)."""
     return np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(int)
@@ -69,9 +67,7 @@ def representatives(sizes: tuple[int, ...]) -> np.ndarray:
 
 def expand(state: OrderParameters, sizes: tuple[int, ...]) -> OrderParameters:
     """A reduced state (one head per group) as the full state of H heads."""
-    idx = group_index(sizes)
-    M, Q, b = (jnp.asarray(x) for x in state)
-    return OrderParameters(M[idx], Q[idx][:, idx], b[idx])
+    return OrderParameters(*expand_groups(*(jnp.asarray(x) for x in state), sizes))
 
 
 def reduce(state: OrderParameters, sizes: tuple[int, ...]) -> OrderParameters:
