@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from headspec.apps.experiments.annealed import eta_end, final_excess
-from headspec.apps.experiments.e5 import _atom_scale, _increase, _path_dev
+from headspec.apps.experiments.pruning import atom_scale as _atom_scale
+from headspec.apps.experiments.pruning import increase as _increase
+from headspec.apps.experiments.pruning import path_dev as _path_dev
 from headspec.conventions import results
 from helpers import assert_reasoned, claims_by_id
 

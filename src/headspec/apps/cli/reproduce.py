@@ -1,4 +1,4 @@
-"""The `reproduce` command: experiments E1–E8 and their report, over headspec.apps.experiments."""
+"""The `reproduce` command: experiments E1–E9 and their report, over headspec.apps.experiments."""
 
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def reproduce(
         ),
     ] = False,
 ):
-    """Reproduce the paper's findings E1–E8 (SPEC §7, and E8) in a report (index.md, index.html).
+    """Reproduce the paper's findings E1–E9 (SPEC §7, and E8) in a report (index.md, index.html).
 
     The report has a claims table with the measured number behind each claim, its tolerance and
     why, figures with simulation and theory side by side, the environment and every config used.

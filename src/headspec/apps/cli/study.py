@@ -49,7 +49,7 @@ def study(
 ):
     """Run a study (a longer measurement beside the paper's findings) and write its report.
 
-    A study is a recipe like E1–E8: typed parameters in its TOML, runs reused by their full
+    A study is a recipe like E1–E9: typed parameters in its TOML, runs reused by their full
     resolved config (running the same command again resumes), claims as data with tolerances
     from standard errors, figures, and every config in OUT/configs. Without NAME: the list.
     """

@@ -1,4 +1,4 @@
-"""The paper's findings E1–E8 (SPEC §7; E8 beyond it) as runnable recipes, and their report.
+"""The paper's findings E1–E9 (SPEC §7; E8 beyond it) as runnable recipes, and their report.
 
 Each experiment reads its recipe ``recipes/eN_*.toml`` (shipped with the package): an
 ``[experiment]`` table of parameters (typed: one pydantic model per recipe, see ``params``), a

@@ -25,77 +25,9 @@ from pydantic import Field
 from headspec.apps.experiments.base import Context, Run, ode_beside
 from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.apps.experiments.params import Count, RecipeParams
+from headspec.apps.experiments.pruning import Scale, increase, mc_se, path_dev, prune_paths
 from headspec.apps.experiments.registry import recipe
 from headspec.core.stats import mean_se
-
-
-def _paths(ds, n: int, orders: int) -> list[dict]:
-    """prune_result of every seed of ``ds`` (final time)."""
-    from headspec.conventions.runs import prune_result
-
-    out = []
-    for s in range(ds.sizes["seed"]):
-        if not np.isfinite(ds.M.isel(seed=s, t=-1).values).all():
-            out.append(None)  # a diverged seed has no trained state to prune
-            continue
-        out.append(prune_result(ds, seed_index=s, n=n, random_orders=orders))
-    return out
-
-
-def _increase(paths: list, kept: int, relative: bool = True) -> np.ndarray:
-    """Risk increase of every seed's greedy path with ``kept`` heads left, relative to the full
-    model's risk (or absolute), NaN for a seed without a path."""
-    out = []
-    for q in paths:
-        if q is None:
-            out.append(np.nan)
-            continue
-        r = np.asarray(q["greedy"]["risk"])
-        H = len(r) - 1
-        out.append(r[H - kept] / r[0] - 1 if relative else r[H - kept] - r[0])
-    return np.asarray(out)
-
-
-def _mc_se(ds, n: int) -> float:
-    """Monte-Carlo s.e. of a relative risk difference on ``n`` samples (bound √2·se/R of two
-    unpaired estimates; prune's estimates are paired, so this is conservative), from the trained
-    seeds' per-sample losses."""
-    import jax
-
-    from headspec.conventions import build
-    from headspec.conventions.runs import config_model, law_of
-    from headspec.core.attention import Heads
-    from headspec.dynamics.bayes import estimate_risks
-
-    cfg = config_model(ds)
-    last = ds.isel(t=-1)
-    act = build.activation(cfg.model)
-    out = []
-    for s in range(ds.sizes["seed"]):
-        M, Q, b = (np.asarray(last[v].values[s], dtype=float) for v in ("M", "Q", "b"))
-        if not (np.isfinite(M).all() and np.isfinite(Q).all() and np.isfinite(b).all()):
-            continue
-        est = estimate_risks(jax.random.key(11), law_of(ds), cfg.task.L,
-                             {"m": Heads(M=M, Q=Q, b=b, activation=act)}, n=n)["m"]  # fmt: skip
-        out.append(np.sqrt(2.0) * est.se)
-    return float(np.max(out)) if out else float("nan")
-
-
-def _atom_scale(ds, n: int) -> tuple[float, dict]:
-    """ΔR_atom: absolute risk increase when the constructed Bayes-softmax loses its least needed
-    head (same function and base samples as `headspec prune`), and its greedy path."""
-    from headspec.conventions import build
-    from headspec.conventions.runs import config_model, law_of
-    from headspec.dynamics.bayes import constructed_bayes_softmax
-    from headspec.dynamics.prune import prune_path
-
-    cfg = config_model(ds)
-    law = law_of(ds)
-    c = constructed_bayes_softmax(law)
-    base = build.risk_base(cfg.record, law, cfg.task.L, c.n_heads, n)
-    path = prune_path(c.M, c.Q, c.b, c.activation, law, base, order="greedy")
-    r = np.asarray(path["risk"])
-    return float(r[1] - r[0]), path
 
 
 class Params(RecipeParams):
@@ -128,19 +60,19 @@ def run(ctx: Context):
     p = ctx.params
     acts = list(p.activations)
     pairs = ctx.paired(_sims(p))
-    scale = _Scale(pairs[acts[0]][0], p.n)
+    scale = Scale(pairs[acts[0]][0], p.n)
     fig = Figure(figsize=(5.0 * len(acts), 4.2), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(acts), sharey=True))
     rows = []
     for i, a in enumerate(acts):
         sim, ode, dev = pairs[a]
-        paths = {"sim": _paths(sim, p.n, p.random_orders), "ode": _paths(ode, p.n, p.random_orders)}
+        paths = {k: prune_paths(ds, p.n, p.random_orders) for k, ds in (("sim", sim), ("ode", ode))}
         rows += _prune_claim(ctx, a, sim, paths, scale)
         _panel(axes[i], a, paths, scale, int(ctx.config["task"]["D"]))
         r = dev["risk"]
         ode_beside(ctx, f"E5.{a}.ode_beside", f"{a}, D = {int(ctx.config['task']['D'])}",
                    r["max_dev"], f"at t = {r['t']:.3g}; of the seed-mean greedy pruning path "
-                   f"{_path_dev(paths):.1f} %")  # fmt: skip
+                   f"{path_dev(paths):.1f} %")  # fmt: skip
     axes[0].set_ylabel("risk (D → ∞)")
     ctx.outcome.table = rows
     ctx.outcome.table_header = ("activation", "run", "seed", "heads kept", "increase",
@@ -148,24 +80,12 @@ def run(ctx: Context):
     ctx.figure(fig, "pruning")
 
 
-class _Scale:
-    """What the thresholds are measured in: ΔR_atom of the constructed Bayes-softmax (its path
-    ``c_path``), with the law's J atoms, the model's H heads and R_B of the first run ``ds``."""
-
-    def __init__(self, ds, n: int):
-        from headspec.conventions.runs import config_model, law_of
-
-        self.H, self.J = config_model(ds).model.H, int(law_of(ds).J)
-        self.d_atom, self.c_path = _atom_scale(ds, n)
-        self.rb = float(ds.attrs["bayes_risk"])
-
-
-def _prune_claim(ctx: Context, a: str, sim, paths: dict, sc: _Scale) -> list[tuple]:
+def _prune_claim(ctx: Context, a: str, sim, paths: dict, sc: Scale) -> list[tuple]:
     """Activation ``a``'s pruning claim (keeps its risk / degrades sharply, simulation and ODE);
     returns its rows of the per-seed table."""
     p = ctx.params
     H, J, d_atom, D = sc.H, sc.J, sc.d_atom, int(ctx.config["task"]["D"])
-    se_mc = _mc_se(sim, p.n) / d_atom  # in units of ΔR_atom
+    se_mc = mc_se(sim, p.n) / d_atom  # in units of ΔR_atom
     kept = max(1, H // 3) if a == "softmax" else J
     why = (f"keeps: seed-mean increase ≤ {p.keep_fraction:g} ΔR_atom + 3 s.e. (ΔR_atom = "
            f"{d_atom:.4f} = {100 * d_atom / sc.c_path['risk'][0]:.0f} % of R_B: what the "
@@ -179,9 +99,9 @@ def _prune_claim(ctx: Context, a: str, sim, paths: dict, sc: _Scale) -> list[tup
         levels.append(("sharp", kept - 1, Tolerance("at_least", p.sharp_fraction, k=3, why=why)))
     parts, rel_text, rows = [], [], []
     for k in ("sim", "ode"):
-        rel = [_increase(paths[k], m) for _, m, _ in levels]
+        rel = [increase(paths[k], m) for _, m, _ in levels]
         for (name, m, tol), rj in zip(levels, rel, strict=True):
-            mf, se = mean_se(_increase(paths[k], m, relative=False) / d_atom)
+            mf, se = mean_se(increase(paths[k], m, relative=False) / d_atom)
             se = float(np.hypot(se if np.isfinite(se) else 0.0, se_mc))
             what = f"seed-mean risk increase with {m} of {H} heads kept, greedy ({k}), in units of"
             parts.append(Claim(f"E5.{a}.prune.{k}.{name}", f"{name} ({k})", what + " ΔR_atom",
@@ -204,7 +124,7 @@ def _prune_claim(ctx: Context, a: str, sim, paths: dict, sc: _Scale) -> list[tup
     return rows
 
 
-def _panel(ax, a: str, paths: dict, sc: _Scale, D: int) -> None:
+def _panel(ax, a: str, paths: dict, sc: Scale, D: int) -> None:
     """Seed-mean greedy paths, simulation vs ODE; the first seed's random orders thin."""
     for k, ls, col in (("sim", "-", "C0"), ("ode", "--", "C1")):
         ok_paths = [q for q in paths[k] if q is not None]
@@ -226,14 +146,3 @@ def _panel(ax, a: str, paths: dict, sc: _Scale, D: int) -> None:
     ax.set_title(f"{a}: pruning H = {sc.H} trained heads (D = {D})", fontsize="medium")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="x-small")
-
-
-def _path_dev(paths) -> float:
-    """Largest relative deviation (%) between the seed-mean greedy paths of simulation and ODE."""
-    means = []
-    for k in ("sim", "ode"):
-        ok = [q["greedy"]["risk"] for q in paths[k] if q is not None]
-        if not ok:
-            return float("nan")
-        means.append(np.mean(ok, axis=0))
-    return float(100 * np.max(np.abs(means[0] - means[1]) / np.abs(means[1])))

@@ -2,7 +2,7 @@
 
 A study is a recipe of a second registry (:data:`STUDIES`, filled by ``@study`` in each module
 here): typed parameters in its TOML (``recipes/<name>.toml``), runs through the same
-:class:`~headspec.apps.experiments.base.Context` as E1–E8 (reused by their full resolved config,
+:class:`~headspec.apps.experiments.base.Context` as E1–E9 (reused by their full resolved config,
 provenance recorded, on a Dask cluster), claims as data, figures and a report in its own folder
 (default ``studies/out/<name>``). Modules: ``escape`` (t_esc and its statistics, shared),
 ``escape_time``, ``finite_size`` and ``e6_classification`` (the studies; importing
