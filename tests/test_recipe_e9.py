@@ -109,3 +109,13 @@ def test_registered_and_smoke_runs_end_to_end(smoke_report):
     assert len(smoke.table_header) == len(smoke.table[0])
     assert smoke.configs["softmax1_H3"]["model"]["H"] == 3
     assert smoke.configs["softmax1_H3_ode"]["theory"]["init"]["kind"] == "simulation"
+
+
+def test_one_head_is_refused_naming_the_field():
+    from headspec.apps.experiments.params import RecipeError, resolve
+
+    spec = {"experiment": {"activations": ["softmax"], "heads": [1, 4], "keep_fraction": 0.1,
+                           "sharp_fraction": 0.5, "random_orders": 1, "n": 64, "seeds": 2,
+                           "min_cos": 0.5, "margin": 0.1, "idle_frac": 0.25}}  # fmt: skip
+    with pytest.raises(RecipeError, match=r"heads\.0 = 1: .*≥ 2"):
+        resolve(spec, "quick", e9.Params, "e9.toml")

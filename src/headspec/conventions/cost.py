@@ -33,8 +33,12 @@ PER_UNIT: dict[str, float] = {
     # fitted to the 77 runs of a cold quick reproduction and the 85 runs of a cold overnight one
     # (2026-12-03/04, 2-core Intel Xeon at its best speed; CPU seconds; tests/data/cost_runs.json)
     "run": 0.91,  # a run's fixed cost: tracing and compiling its programs, writing its file
-    "sgd_step": 1.91e-6,  # one SGD step of one seed (reduced engine: independent of D)
-    "sgd_launch": 4.3e-6,  # one SGD step of all seeds at once (vmapped: launching its operations)
+    # the three SGD terms refitted with E9's 36 simulations (H = 4 … 32; 2026-12-06, 2-core AMD
+    # EPYC), the other constants held: the step's cost grows with H (E9: 3.7 µs per seed-step at
+    # H = 4, 19 µs at H = 32), which one constant per step had priced at 2.2 µs whatever H
+    "sgd_step": 1.60e-6,  # one SGD step of one seed (reduced engine: independent of D)
+    "sgd_launch": 5.8e-6,  # one SGD step of all seeds at once (vmapped: launching its operations)
+    "sgd_heads": 1.82e-9,  # one SGD step of one seed, per token × head × (heads + features)
     "risk": 6.2e-8,  # the recorded risk: per point × Monte-Carlo sample × token × (heads + feat.)
     "ode": 1.04e-8,  # the ODE (sampled drift): per unit t × drift sample × token × (heads + feat.)
     "ode_exact": 1.36e-4,  # the exact drift: per unit t × token × pair of heads
@@ -78,6 +82,7 @@ def terms(kind: str, cfg) -> dict[str, float]:
             steps = cfg.train.T * cfg.task.D / B
             out["sgd_step"] = S * steps
             out["sgd_launch"] = steps
+            out["sgd_heads"] = S * steps * L * H * (H + F)  # a step's head-by-feature work
             if cfg.train.engine == "full":
                 out["full_token"] = S * steps * B * width * cfg.task.D
         return out

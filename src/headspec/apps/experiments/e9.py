@@ -28,7 +28,7 @@ shown beside it: two routes, geometry and risk, to the same H − J.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field
@@ -54,7 +54,9 @@ class Params(RecipeParams):
     """E9's parameters (``[experiment]`` of ``e9_redundancy.toml``)."""
 
     activations: list[Activation] = Field(min_length=1, description="the activations compared")
-    heads: list[int] = Field(min_length=1, description="the numbers of heads H (each ≥ 2)")
+    heads: list[Annotated[int, Field(ge=2)]] = Field(
+        min_length=1, description="the numbers of heads H (each ≥ 2: pruning needs heads to remove)"
+    )
     keep_fraction: float = Field(ge=0, description="keeps its risk: increase ≤ this × ΔR_atom")
     sharp_fraction: float = Field(ge=0, description="degrades sharply: ≥ this × ΔR_atom")
     random_orders: int = Field(ge=0, description="random pruning orders (keys 1000 + k)")
@@ -76,9 +78,6 @@ def _sims(p: Params) -> list[Run]:
 
 
 def plan(ctx: Context) -> list[Run]:
-    bad = [H for H in ctx.params.heads if H < 2]
-    if bad:
-        raise ValueError(f"E9: heads = {bad}: fix: every H ≥ 2 (pruning needs heads to remove)")
     return ctx.paired_plan(_sims(ctx.params))
 
 
@@ -89,7 +88,6 @@ def run(ctx: Context):
     from matplotlib.figure import Figure
 
     p = ctx.params
-    plan(ctx)  # the check of ``heads``
     pairs = ctx.paired(_sims(p))
     first = pairs[_name(p.activations[0], p.heads[0])][0]
     scale = Scale(first, p.n)
