@@ -146,7 +146,7 @@ def test_a_failing_experiment_is_reported_and_the_others_still_run(tmp_path, mon
     ("args", "expect"),
     [
         (["--scale", "huge"], "--scale"),
-        (["--only", "E9"], "E9"),
+        (["--only", "E99"], "E99"),
         (["--scheduler", "nonsense://host"], "--scheduler"),
         (["--tls-cert", "cert.pem"], "--scheduler"),
     ],

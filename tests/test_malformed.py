@@ -268,7 +268,7 @@ CASES: dict[str, Case] = {
     "sweep-collect-missing": sweep("collect", "{tmp}/nope", expect=("nope",)),
     # ------------------------------------------------------------ reproduce
     "reproduce-scale": Case(("reproduce", "--scale", "huge", "-o", "{tmp}/r"), ("--scale",)),
-    "reproduce-only": Case(("reproduce", "--only", "E9", "-o", "{tmp}/r"), ("--only", "E9")),
+    "reproduce-only": Case(("reproduce", "--only", "E99", "-o", "{tmp}/r"), ("--only", "E99")),
     "reproduce-out-is-file": Case(("reproduce", "--only", "E4", "-o", "{in}/spec.toml"),
                                   ("--out", "is a file")),
     "reproduce-workers-too-many": Case(("reproduce", "--only", "E4", "--workers", "100000",
