@@ -24,23 +24,24 @@ from pydantic import Field
 
 from headspec.apps.experiments.base import Context, Run, ode_beside
 from headspec.apps.experiments.claims import Claim, Tolerance
-from headspec.apps.experiments.params import Count, RecipeParams
-from headspec.apps.experiments.pruning import Scale, increase, mc_se, path_dev, prune_paths
+from headspec.apps.experiments.pruning import (
+    PruneParams,
+    Scale,
+    increase,
+    mc_se,
+    path_dev,
+    prune_paths,
+)
 from headspec.apps.experiments.registry import recipe
 from headspec.core.stats import mean_se
 
 
-class Params(RecipeParams):
+class Params(PruneParams):
     """E5's parameters (``[experiment]`` of ``e5_pruning.toml``)."""
 
     activations: list[Literal["softmax", "softmax1", "bayes_softmax"]] = Field(
         min_length=1, description="the activations pruned"
     )
-    keep_fraction: float = Field(ge=0, description="keeps its risk: increase ≤ this × ΔR_atom")
-    sharp_fraction: float = Field(ge=0, description="degrades sharply: ≥ this × ΔR_atom")
-    random_orders: int = Field(ge=0, description="random pruning orders (keys 1000 + k)")
-    n: Count = Field(description="base samples of the pruning risks (as headspec prune)")
-    seeds: Count = Field(description="seeds per run")
 
 
 def _sims(p: Params) -> list[Run]:

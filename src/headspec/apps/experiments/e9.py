@@ -35,8 +35,8 @@ from pydantic import Field
 
 from headspec.apps.experiments.base import Context, Run, finite_mean_se, ode_beside
 from headspec.apps.experiments.claims import Claim, Tolerance
-from headspec.apps.experiments.params import Count, RecipeParams
 from headspec.apps.experiments.pruning import (
+    PruneParams,
     Scale,
     increase,
     mc_se,
@@ -50,18 +50,13 @@ from headspec.core.stats import mean_se
 Activation = Literal["softmax", "softmax1", "bayes_softmax"]
 
 
-class Params(RecipeParams):
+class Params(PruneParams):
     """E9's parameters (``[experiment]`` of ``e9_redundancy.toml``)."""
 
     activations: list[Activation] = Field(min_length=1, description="the activations compared")
     heads: list[Annotated[int, Field(ge=2)]] = Field(
         min_length=1, description="the numbers of heads H (each ≥ 2: pruning needs heads to remove)"
     )
-    keep_fraction: float = Field(ge=0, description="keeps its risk: increase ≤ this × ΔR_atom")
-    sharp_fraction: float = Field(ge=0, description="degrades sharply: ≥ this × ΔR_atom")
-    random_orders: int = Field(ge=0, description="random pruning orders (keys 1000 + k)")
-    n: Count = Field(description="base samples of the pruning risks (as headspec prune)")
-    seeds: Count = Field(description="seeds per run")
     min_cos: float = Field(gt=0, le=1, description="a head is on an atom at this cosine …")
     margin: float = Field(ge=0, description="… ahead of the runner-up atom's by this")
     idle_frac: float = Field(ge=0, lt=1, description="idle: Q_hh < this × max Q_hh")

@@ -11,6 +11,19 @@ sequences to heads aimed elsewhere, an absolute cost of about ΔR_atom whatever 
 from __future__ import annotations
 
 import numpy as np
+from pydantic import Field
+
+from headspec.apps.experiments.params import Count, RecipeParams
+
+
+class PruneParams(RecipeParams):
+    """The pruning parameters of a recipe that prunes its trained runs (E5, E9)."""
+
+    keep_fraction: float = Field(ge=0, description="keeps its risk: increase ≤ this × ΔR_atom")
+    sharp_fraction: float = Field(ge=0, description="degrades sharply: ≥ this × ΔR_atom")
+    random_orders: int = Field(ge=0, description="random pruning orders (keys 1000 + k)")
+    n: Count = Field(description="base samples of the pruning risks (as headspec prune)")
+    seeds: Count = Field(description="seeds per run")
 
 
 def prune_paths(ds, n: int, orders: int) -> list[dict | None]:
