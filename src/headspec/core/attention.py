@@ -72,6 +72,24 @@ class Activation(eqx.Module):
         """SPEC §4 default initial bias b_h(0): 0 (softmax-1 overrides it)."""
         return 0.0
 
+    def token_weights_without(self, s: Array, mask: Array) -> Array:
+        """Token weights of the heads in ``mask`` (H,) bool with head c left out, for every c:
+        (..., H, L) → (..., H, L) [c, l] (c outside the mask: the mask's own weights; no head
+        left: W = 0, i.e. ŷ = 0).
+
+        All H sub-models at the cost of one (pruning, SPEC §7 E5): the heads' summed weights
+        less head c's. Each head's weights lie in [0, 1], so the difference is exact to H·ε in
+        absolute terms; the mean aggregation divides by the heads left."""
+        A = jnp.where(mask[:, None], self.normalised(s), 0.0)  # (..., H, L)
+        W = jnp.sum(A, axis=-2, keepdims=True) - A  # (..., H, L)
+        return self._aggregate_others(W, mask)  # (..., H, L)
+
+    def _aggregate_others(self, W: Array, mask: Array) -> Array:
+        if self.aggregation == "mean":
+            left = jnp.sum(mask) - mask  # (H,) heads left without c
+            W = W / jnp.maximum(left, 1)[:, None]  # (..., H, L)
+        return W
+
 
 class Softmax(Activation):
     """Softmax over positions, per head."""
@@ -119,6 +137,29 @@ class BayesSoftmax(Activation):
         m = jax.lax.stop_gradient(jnp.max(s, axis=(-2, -1), keepdims=True))
         e = jnp.exp(s - m)  # (..., H, L)
         return e / jnp.sum(e, axis=(-2, -1), keepdims=True)  # (..., H, L)
+
+    def token_weights_without(self, s, mask):
+        """As :meth:`Activation.token_weights_without`, the joint normalisation redone over the
+        heads left. Scores are shifted by the top head's largest score (the largest term is 1,
+        so sums less one head are exact to H·L·ε against a normaliser ≥ 1); leaving out the top
+        head itself, the others are summed afresh, shifted by the runner-up's score (a dominant
+        head leaves the others' weights exact, not 0/0)."""
+        H = s.shape[-2]
+        s = jnp.where(mask[:, None], s, -jnp.inf)  # (..., H, L) a masked head weighs nothing
+        head_max = jnp.max(s, axis=-1)  # (..., H)
+        top = jnp.argmax(head_max, axis=-1)  # (...)
+        is_top = jnp.arange(H) == top[..., None]  # (..., H)
+        m1 = jnp.max(head_max, axis=-1)  # (...)
+        m2 = jnp.max(jnp.where(is_top, -jnp.inf, head_max), axis=-1)  # (...) the runner-up
+        m1, m2 = (jnp.where(jnp.isfinite(m), m, 0.0) for m in (m1, m2))  # no head: no shift
+        e = jnp.exp(s - m1[..., None, None])  # (..., H, L) ≤ 1
+        num = jnp.sum(e, axis=-2, keepdims=True) - e  # (..., H, L) without head c
+        rest = jnp.where(is_top[..., None], 0.0, jnp.exp(s - m2[..., None, None]))  # (..., H, L)
+        num_top = jnp.sum(rest, axis=-2)  # (..., L) without the top head
+        num = jnp.where(is_top[..., None], num_top[..., None, :], num)  # (..., H, L)
+        z = jnp.sum(num, axis=-1, keepdims=True)  # (..., H, 1) 0 where no head is left
+        W = num / jnp.where(z > 0, z, 1.0)  # (..., H, L)
+        return self._aggregate_others(W, mask)  # (..., H, L)
 
 
 ACTIVATIONS: dict[str, type[Activation]] = {
