@@ -59,11 +59,18 @@ def test_dry_run_prints_the_full_scale_and_writes_nothing(tmp_path):
     res = CliRunner().invoke(app, ["reproduce", "--scale", "full", "--dry-run", "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert "CPU-hours" in res.output and "E7" in res.output and "of compute in all" in res.output
+    assert "Pruning (" in res.output
     assert not out.exists()
     full = estimate(None, "full")
     quick = estimate(None, "quick")
     for exp_id in RECIPES:  # the full scale is the larger one, recipe by recipe (modelled cost)
         assert sum(r.estimate for r in full[exp_id]) > sum(r.estimate for r in quick[exp_id])
+    for exp_id in RECIPES:  # pruning is priced for the recipes that prune, and only for them
+        prunes = exp_id in ("E5", "E9")
+        assert all((r.analysis > 0) == prunes for r in full[exp_id]), exp_id
+    e9 = {r.name: r.analysis for r in estimate(["E9"], "overnight")["E9"]}
+    # a path step prices all H removals at the cost of one model's H heads; H steps → H²
+    assert e9["softmax_H32"] / e9["softmax_H16"] == pytest.approx(4.0)
 
 
 def test_dry_run_refuses_an_unknown_scale(tmp_path):

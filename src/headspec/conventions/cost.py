@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from headspec.conventions.budget import _law_sizes, _sobol_n, _theory_samples
 
-__all__ = ["PER_UNIT", "seconds", "terms"]
+__all__ = ["PER_UNIT", "prune_terms", "seconds", "terms"]
 
 #: Seconds per unit of each work term on one core (fitted by ``benchmarks/bench_cost.py``; the
 #: date, machine and runs of the fit are in docs/speed.md).
@@ -49,9 +49,18 @@ PER_UNIT: dict[str, float] = {
     # less what the terms above give it (2026-12-04); one point: other n (the η² term's score
     # points grow with it, × H for the relabellings) and H are extrapolations
     "diffusion_exact": 5.5e-4,  # the exact drift: per step × token × pair of heads, per seed
+    # pruning a trained run's seeds (E5, E9), timed on E9's overnight runs (H = 4 … 32, n = 16384,
+    # 1 greedy + 4 random paths; 2026-12-07, 2-core AMD EPYC): Bayes-softmax costs ≈ 3× softmax-1
+    "prune": 4.5e-9,  # per path × step × atom × base sample × token × head
     # not measured: the full engine is in no recipe (a guess from its speed, docs/engine-reduced)
     "full_token": 2.0e-9,  # per step × token × dimension × (heads + features) × batch, per seed
 }
+
+
+def _seeds(cfg) -> int:
+    """The seeds a run computes (an ODE from chosen seeds' starts: those)."""
+    init = getattr(getattr(cfg, "theory", None), "init", None)
+    return len(getattr(init, "seeds", None) or []) or cfg.seeds
 
 
 def terms(kind: str, cfg) -> dict[str, float]:
@@ -65,8 +74,7 @@ def terms(kind: str, cfg) -> dict[str, float]:
         splits = (F + 1) ** H  # an upper bound on the splits of H heads over F directions
         out["map"] = splits * cfg.map.n * A * width
         return out
-    init = getattr(getattr(cfg, "theory", None), "init", None)
-    S = len(getattr(init, "seeds", None) or []) or cfg.seeds  # an ODE of chosen seeds: those
+    S = _seeds(cfg)
     points = cfg.record.points
     out["risk"] = S * points * cfg.record.n_mc * A * width
     if kind == "simulate":
@@ -94,6 +102,15 @@ def terms(kind: str, cfg) -> dict[str, float]:
             out["ode"] = S * cfg.train.T * (n * H if cyclic else n) * A * width
         return out
     raise ValueError(f"no cost model for a run of kind {kind!r}")
+
+
+def prune_terms(cfg, n: int, paths: int) -> dict[str, float]:
+    """The work of pruning every seed of a run with config ``cfg`` at its final time on ``n`` base
+    samples along ``paths`` removal orders (:func:`headspec.dynamics.prune.prune_path`: H steps,
+    each pricing all H removals on every atom's samples)."""
+    _, A = _law_sizes(cfg.task.latent)
+    H, S = cfg.model.H, _seeds(cfg)
+    return {"prune": S * paths * H * A * n * cfg.task.L * H}
 
 
 def seconds(kind: str, cfg, per_unit: dict[str, float] | None = None) -> float:

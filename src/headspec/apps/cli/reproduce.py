@@ -181,32 +181,35 @@ def _dry_run(scale: str, ids, out_dir: Path, workers: int | None, scheduler: str
     except RecipeError as e:
         fail(str(e))
     n = workers or (None if scheduler else available_cores())
-    table = Table(title=f"estimated compute ({scale} scale; runs only, one core each)")
-    for col in ("exp.", "runs", "reused", "CPU-hours", "largest run"):
+    table = Table(title=f"estimated compute in CPU-hours ({scale} scale; one core each)")
+    for col in ("exp.", "runs", "reused", "runs", "pruning", "largest run"):
         table.add_column(col, justify="left" if col in ("exp.", "largest run") else "right")
-    total = 0.0
+    total = pruning = 0.0
     for exp_id, runs in est.items():
         if runs is None:
-            table.add_row(exp_id, "?", "", "?", "(the recipe declares no plan of its runs)")
+            table.add_row(exp_id, "?", "", "?", "?", "(the recipe declares no plan of its runs)")
             continue
         todo = [r for r in runs if _reusable(out_dir / "data" / f"{exp_id}_{r.name}.nc",
                                              r.config) is None]  # fmt: skip
         cpu = sum(r.estimate for r in todo)
-        total += cpu
+        prune = sum(r.analysis for r in runs)  # reused runs are pruned again
+        total, pruning = total + cpu, pruning + prune
         big = max(todo, key=lambda r: r.estimate, default=None)
         table.add_row(exp_id, str(len(runs)), str(len(runs) - len(todo)), f"{cpu / 3600:.2f}",
+                      f"{prune / 3600:.2f}" if prune else "",
                       f"{big.name} ({_duration(big.estimate)})" if big else "—")  # fmt: skip
-    table.add_row("all", "", "", f"{total / 3600:.2f}", "")
+    table.add_row("all", "", "", f"{total / 3600:.2f}", f"{pruning / 3600:.2f}", "")
     out.print(table)
     where = (
         f"on {plural(n, 'worker')}: at least {_duration(total / n)} of wall time"
         if n
         else "on the scheduler's workers: the CPU time over their number, at least"
     )
-    out.print(f"{_duration(total)} of compute in all for the runs; {where}. The recipes' "
-              "own analyses come on top (+42 % at quick scale, +9.5 % overnight). Estimates from "
-              "headspec.conventions.cost: within 2× per experiment on this project's reference "
-              "machine (docs/speed.md).")  # fmt: skip
+    out.print(f"{_duration(total)} of compute in all for the runs; {where}. Pruning "
+              f"({_duration(pruning)}) runs in this process, one core, after the runs; the "
+              "recipes' other analyses come on top (+42 % at quick scale, +9.5 % overnight). "
+              "Estimates from headspec.conventions.cost: within 2× per experiment on this "
+              "project's reference machine (docs/speed.md).")  # fmt: skip
 
 
 def _duration(s: float) -> str:
