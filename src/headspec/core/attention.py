@@ -43,6 +43,8 @@ class Activation(eqx.Module):
     aggregation: str = eqx.field(static=True, default="")
     name: ClassVar[str]
     default_aggregation: ClassVar[str]
+    #: κ: the normaliser's constant term, e^0 of softmax-1's extra logit (0 for the others)
+    extra_logit: ClassVar[float] = 0.0
 
     def __post_init__(self):
         if self.aggregation == "":
@@ -57,6 +59,10 @@ class Activation(eqx.Module):
     def normalised(self, s: Array) -> Array:
         """The weights before aggregation, shape (..., H, L) (one exp per score)."""
         return jnp.exp(self.log_normalised(s))
+
+    def head_weight(self, H: int) -> float:
+        """c: each of H heads' share in the aggregation, 1/H (mean) or 1 (sum)."""
+        return 1.0 / H if self.aggregation == "mean" else 1.0
 
     def __call__(self, s: Array) -> Array:
         A = self.normalised(s)  # (..., H, L)
@@ -109,6 +115,7 @@ class Softmax1(Activation):
 
     name: ClassVar[str] = "softmax1"
     default_aggregation: ClassVar[str] = "sum"
+    extra_logit: ClassVar[float] = 1.0
 
     def log_normalised(self, s):
         lse = logsumexp(s, axis=-1, keepdims=True)  # (..., H, 1)

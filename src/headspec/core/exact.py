@@ -392,13 +392,13 @@ def low_rank_factor(Q, tol: float = 1e-10) -> np.ndarray:
 def _exact_risk(M, Q, b, model: Model, quad: Quadrature):
     activation, law, L = model.activation, model.law, model.L
     H = M.shape[0]
-    c = 1.0 / H if activation.aggregation == "mean" else 1.0
+    c = activation.head_weight(H)
     if isinstance(activation, BayesSoftmax) and H > 1:
         per = _bayes_risk(M, Q, b, law, L, quad, c=c)
     elif isinstance(activation, BayesSoftmax):  # one head: a softmax head
         per = _per_head_risk(M, Q, b, law, L, quad, kappa=0.0, c=c)
     else:
-        kappa = 1.0 if isinstance(activation, Softmax1) else 0.0
+        kappa = activation.extra_logit
         per = _per_head_risk(M, Q, b, law, L, quad, kappa=kappa, c=c)
     _, _, weights, atoms = _hidden(M, Q, b, law)
     return weights @ per, per if atoms else jnp.zeros((0,), per.dtype)  # (), (J,)
@@ -493,7 +493,7 @@ def _low_rank_nodes(M, Q, law, quad: Quadrature):
 def _low_rank_risk(M, Q, b, B, model: Model, quad: Quadrature, n_z: int):
     """:func:`exact_risk` of Bayes-softmax heads by the low-rank route (see there)."""
     H = M.shape[0]
-    c = 1.0 / H if model.activation.aggregation == "mean" else 1.0
+    c = model.activation.head_weight(H)
     per = _bayes_risk(M, Q, b, model.law, model.L, quad, c=c, factor=B, n_z=n_z)
     _, _, weights, _ = _hidden(M, Q, b, model.law)
     return weights @ per, per  # (), (J,)

@@ -79,8 +79,8 @@ def expand_groups(M: Array, Q: Array, b: Array, sizes: tuple[int, ...]):
 @eqx.filter_jit
 def _grouped_risk(M, Q, within, b, model: Model, quad: Quadrature, sizes: tuple[int, ...]):
     H = sum(sizes)
-    c = 1.0 / H if model.activation.aggregation == "mean" else 1.0
-    kappa = 1.0 if isinstance(model.activation, Softmax1) else 0.0
+    c = model.activation.head_weight(H)
+    kappa = model.activation.extra_logit
     per = _per_head_risk(
         M, Q, b, model.law, model.L, quad, kappa=kappa, c=c, sizes=sizes, within=within
     )  # (K,)  fmt: skip

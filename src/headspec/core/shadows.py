@@ -56,7 +56,7 @@ sg = jax.lax.stop_gradient
 def head_constants(activation: Activation, H: int):
     """(κ, β, γ, joint): per-head normaliser κ + Σ e^s; for identical heads W = β p and
     g = γ p (r − ρ); ``joint`` for Bayes-softmax's one normaliser over heads and tokens."""
-    c = 1.0 / H if activation.aggregation == "mean" else 1.0
+    c = activation.head_weight(H)
     if isinstance(activation, BayesSoftmax):
         return 0.0, c, c / H, True
     if isinstance(activation, Softmax1):
@@ -256,7 +256,7 @@ def independent_mean(M, Q, b, model: Model, quad: Quadrature) -> Array:
     activation, law, L = model.activation, model.law, model.L
     H = M.shape[0]
     kappa, _, _, joint = head_constants(activation, H)
-    cf = 1.0 / H if activation.aggregation == "mean" else 1.0
+    cf = activation.head_weight(H)
     hm, Ch, _, wts = token_laws(M, Q, b, law)  # (J, H), (H, H), _, (J,)
     J = hm.shape[0]
     vn, vh = jnp.diagonal(Q), jnp.diagonal(Ch)  # (H,) ×2

@@ -169,7 +169,7 @@ def _integrand(s0: Array, nz: _Noise, activation: Activation):
     """T's upper triangle (P, c), g (H, L, c) and r (L, c) for one atom, hidden scores s0."""
     H, _ = s0.shape
     kappa, _, _, joint = head_constants(activation, H)
-    cf = 1.0 / H if activation.aggregation == "mean" else 1.0
+    cf = activation.head_weight(H)
     a = _weights(s0[:, None], nz, kappa, (0, 1) if joint else 1)  # (H, L, c)
     r = cf * jnp.sum(a, 0)  # (L, c)
     r = r.at[0].add(-1.0)
