@@ -154,6 +154,10 @@ class Context:
         if self.stop is not None and self.stop.is_set():
             raise Stopped(self.id)
 
+    def progress(self, text: str) -> None:
+        """A line in the reproduction's log (the recipe's own long work: what it did, how long)."""
+        self._log(f"{self.id} {text}")
+
     def _log(self, text: str) -> None:
         if self.log is not None and not (self.stop is not None and self.stop.is_set()):
             self.log(text)

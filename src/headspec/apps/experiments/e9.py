@@ -27,13 +27,14 @@ shown beside it: two routes, geometry and risk, to the same H − J.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field
 
-from headspec.apps.experiments.base import Context, Run, finite_mean_se, ode_beside
+from headspec.apps.experiments.base import Context, Run, finite_mean_se, first_crossing, ode_beside
 from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.apps.experiments.pruning import (
     PruneParams,
@@ -94,8 +95,11 @@ def run(ctx: Context):
     for i, a in enumerate(acts):
         for j, H in enumerate(p.heads):
             sim, ode, dev = pairs[_name(a, H)]
+            t0 = time.perf_counter()
             paths = {"sim": prune_paths(sim, p.n, p.random_orders),
                      "ode": prune_paths(ode, p.n, p.random_orders)}  # fmt: skip
+            ctx.progress(f"{_name(a, H)}: pruned {sim.sizes['seed']} + {ode.sizes['seed']} seeds "
+                         f"in {time.perf_counter() - t0:.0f} s")  # fmt: skip
             rows += _claim(ctx, a, H, sim, ode, paths, scale)
             _curves(axes[:, i], f"C{j}", H, sim, ode, paths)
             r = dev["risk"]
@@ -183,9 +187,8 @@ def _mean_text(x) -> str:
 
 def _t_half(ds) -> float:
     """First time the seed-mean risk is halfway down from its start to its end (NaN if never)."""
-    t, r = ds.t.values, np.nanmean(ds.risk.values, axis=0)  # (T,), (T,)
-    idx = np.flatnonzero(r <= 0.5 * (r[0] + r[-1]))
-    return float(t[idx[0]]) if idx.size else float("nan")
+    r = np.nanmean(ds.risk.values, axis=0)  # (T,)
+    return first_crossing(ds.t.values, -r, -0.5 * (r[0] + r[-1]))  # r ≤ its midpoint
 
 
 def _curves(ax, col: str, H: int, sim, ode, paths: dict) -> None:
