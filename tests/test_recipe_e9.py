@@ -97,8 +97,8 @@ def test_registered_and_smoke_runs_end_to_end(smoke_report):
     assert {f"E9.{a}.H3.ode_beside" for a in acts} <= set(claims)
     parts = [p.id for p in claims["E9.softmax1.H3.prune"].all_of]
     assert parts == [f"E9.softmax1.H3.prune.{k}.{w}" for k in ("sim", "ode")
-                     for w in ("keep", "sharp")]  # fmt: skip
-    robust = claims["E9.softmax.H3.prune"].all_of[1]
+                     for w in ("specialised", "keep", "sharp")]  # fmt: skip
+    robust = claims["E9.softmax.H3.prune"].all_of[2]
     assert robust.id.endswith("sim.robust") and robust.tolerance.kind == "at_most"
     for c in smoke.claims:
         assert_reasoned(c)
@@ -116,6 +116,16 @@ def test_one_head_is_refused_naming_the_field():
 
     spec = {"experiment": {"activations": ["softmax"], "heads": [1, 4], "keep_fraction": 0.1,
                            "sharp_fraction": 0.5, "random_orders": 1, "n": 64, "seeds": 2,
-                           "min_cos": 0.5, "margin": 0.1, "idle_frac": 0.25}}  # fmt: skip
+                           "min_cos": 0.5, "margin": 0.1, "idle_frac": 0.25, "specialised": 0.5,
+                           "softmax_T_per_head": 0.0}}  # fmt: skip
     with pytest.raises(RecipeError, match=r"heads\.0 = 1: .*≥ 2"):
         resolve(spec, "quick", e9.Params, "e9.toml")
+
+
+def test_softmax_common_phase_does_not_count_as_specialised():
+    """E9's overnight softmax heads at H = 32, T = 300 (all keys ≈ (1.31, 1.02), spread 0.01):
+    one atom is served, so the redundant count is H − 1, not H − J — the 'specialised' part of
+    the pruning claim fails there instead of passing on an unsplit model."""
+    M = np.array([[1.31, 1.02]] * 32)
+    names, red = e9.census(_DS([M], [M @ M.T + 0.01 * np.eye(32)]), _P, np.eye(2) * 3.0, True)
+    assert names == ["32:0"] and red.tolist() == [31.0]

@@ -7,7 +7,10 @@ the ODE from each seed's exact initial state (``ctx.paired``). Every seed of bot
 E5 (:mod:`headspec.apps.experiments.pruning`: `headspec prune`'s function at the final time, risk
 increases in units of ΔR_atom, what the constructed Bayes-softmax loses with one atom's head).
 
-Claims, per activation and H (simulation and ODE, seed means):
+Claims, per activation and H (simulation and ODE, seed means), each resting on
+- specialised heads: at least ``specialised`` of the seeds end with every atom served (the census
+  below) — pruning tests redundancy only in a trained model (softmax's common phase lasts ∝ H:
+  its runs go to T = max(train.T, ``softmax_T_per_head`` · H));
 - "about H − J heads can be pruned": the greedy path keeps its risk with J heads left
   (increase ≤ ``keep_fraction`` ΔR_atom + 3 s.e.);
 - softmax-1 and Bayes-softmax degrade sharply below: with J − 1 heads the increase is
@@ -61,20 +64,32 @@ class Params(PruneParams):
     min_cos: float = Field(gt=0, le=1, description="a head is on an atom at this cosine …")
     margin: float = Field(ge=0, description="… ahead of the runner-up atom's by this")
     idle_frac: float = Field(ge=0, lt=1, description="idle: Q_hh < this × max Q_hh")
+    specialised: float = Field(
+        gt=0, le=1, description="the claims need this fraction of seeds with every atom served"
+    )
+    softmax_T_per_head: float = Field(
+        ge=0, description="softmax runs: T = max(train.T, this × H) (its common phase lasts ∝ H)"
+    )
 
 
 def _name(a: str, H: int) -> str:
     return f"{a}_H{H}"
 
 
-def _sims(p: Params) -> list[Run]:
-    return [Run(_name(a, H), "simulate", (f"seeds={p.seeds}", f'model.activation="{a}"',
-                                          f"model.H={H}"))
-            for a in p.activations for H in p.heads]  # fmt: skip
+def _sims(ctx: Context) -> list[Run]:
+    p, T = ctx.params, float(ctx.config["train"]["T"])
+    out = []
+    for a in p.activations:
+        for H in p.heads:
+            sets = [f"seeds={p.seeds}", f'model.activation="{a}"', f"model.H={H}"]
+            if a == "softmax" and p.softmax_T_per_head * H > T:
+                sets.append(f"train.T={p.softmax_T_per_head * H:g}")  # its split comes ∝ H late
+            out.append(Run(_name(a, H), "simulate", tuple(sets)))
+    return out
 
 
 def plan(ctx: Context) -> list[Run]:
-    return ctx.paired_plan(_sims(ctx.params))
+    return ctx.paired_plan(_sims(ctx))
 
 
 @recipe("E9", "e9_redundancy.toml", Params, plan=plan)
@@ -84,7 +99,7 @@ def run(ctx: Context):
     from matplotlib.figure import Figure
 
     p = ctx.params
-    pairs = ctx.paired(_sims(p))
+    pairs = ctx.paired(_sims(ctx))
     first = pairs[_name(p.activations[0], p.heads[0])][0]
     scale = Scale(first, p.n)
     D = int(ctx.config["task"]["D"])
@@ -151,13 +166,22 @@ def _claim(ctx: Context, a: str, H: int, sim, ode, paths: dict, sc: Scale) -> li
     atoms = np.asarray(law_of(sim).atoms, dtype=float)
     parts, detail, rows = [], [], []
     for k, ds in (("sim", sim), ("ode", ode)):
+        names, red = census(ds, p, atoms, a == "softmax")
+        served = np.mean(red == H - J)  # seeds whose heads serve every atom
+        parts.append(Claim(
+            f"E9.{a}.H{H}.prune.{k}.specialised", f"specialised ({k})",
+            f"fraction of seeds whose final heads serve all J = {J} atoms (census)", served,
+            tolerance=Tolerance("at_least", p.specialised, why=f"pruning tests redundancy only "
+                                "once the heads have specialised: at least "
+                                f"{100 * p.specialised:g} % of the seeds (else the run ended "
+                                "too early, e.g. in softmax's common phase)"), unit="%",
+        ))  # fmt: skip
         for name, m, tol in levels:
             v, se = mean_se(increase(paths[k], m, relative=False) / d_atom)
             se = float(np.hypot(se if np.isfinite(se) else 0.0, se_mc))
             what = f"seed-mean risk increase with {m} of {H} heads kept, greedy ({k}), in ΔR_atom"
             parts.append(Claim(f"E9.{a}.H{H}.prune.{k}.{name}", f"{name} ({k})", what, v, se,
                                tol, unit="ΔR_atom"))  # fmt: skip
-        names, red = census(ds, p, atoms, a == "softmax")
         rem = removable(paths[k], p.keep_fraction * d_atom)
         risk, risk_se = finite_mean_se(ds.risk.values[:, -1])
         t_half = _t_half(ds)
