@@ -23,7 +23,7 @@ The census of the final heads (measured only, in the table): each head's atom by
 (``min_cos``, ``margin``: :func:`headspec.dynamics.splits.head_labels`), idle when its key is
 small against the largest, Q_hh < ``idle_frac`` · max_h Q_hh (softmax-1 and Bayes-softmax only: a
 small softmax key attends uniformly, it is not silent — a modelling choice, stated in
-docs/experiments.md); redundant heads: H minus the number of atoms served. The greedy path's
+docs/modelling-choices.md); redundant heads: H minus the number of atoms served. The greedy path's
 removable heads (how many go before the increase first exceeds ``keep_fraction`` ΔR_atom) are
 shown beside it: two routes, geometry and risk, to the same H − J.
 """
