@@ -102,7 +102,7 @@ def test_the_low_rank_route_agrees_with_the_multi_head_quadrature():
         with float64_context():
             M, Q, b = (jnp.asarray(x, jnp.float64) for x in (pred.M, pred.Q, pred.b))
             B, n_z = _low_rank_nodes(M, Q, law, Quadrature())
-            low = _low_rank_risk(M, Q, b, jnp.asarray(B), model, Quadrature(), n_z)
+            low = _low_rank_risk(M, Q, b, jnp.asarray(B), model=model, quad=Quadrature(), n_z=n_z)
             multi = _exact_risk(M, Q, b, model, Quadrature())
         np.testing.assert_allclose(np.asarray(low[1]), np.asarray(multi[1]), atol=1e-10)
 

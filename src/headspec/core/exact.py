@@ -460,7 +460,7 @@ def exact_risk(
         if not low_rank:
             return _exact_risk(M, Q, b, model, quad)
         B, n_z = _low_rank_nodes(M, Q, law, quad)
-        return _low_rank_risk(M, Q, b, jnp.asarray(B, jnp.float64), model, quad, n_z)
+        return _low_rank_risk(M, Q, b, jnp.asarray(B, jnp.float64), model=model, quad=quad, n_z=n_z)
 
     mean, by_atom = evaluate(quad)
     if not certify:
@@ -490,7 +490,7 @@ def _low_rank_nodes(M, Q, law, quad: Quadrature):
 
 
 @eqx.filter_jit
-def _low_rank_risk(M, Q, b, B, model: Model, quad: Quadrature, n_z: int):
+def _low_rank_risk(M, Q, b, B, *, model: Model, quad: Quadrature, n_z: int):
     """:func:`exact_risk` of Bayes-softmax heads by the low-rank route (see there)."""
     H = M.shape[0]
     c = model.activation.head_weight(H)

@@ -77,7 +77,7 @@ def expand_groups(M: Array, Q: Array, b: Array, sizes: tuple[int, ...]):
 
 
 @eqx.filter_jit
-def _grouped_risk(M, Q, within, b, model: Model, quad: Quadrature, sizes: tuple[int, ...]):
+def _grouped_risk(M, Q, within, b, *, model: Model, quad: Quadrature, sizes: tuple[int, ...]):
     H = sum(sizes)
     c = model.activation.head_weight(H)
     kappa = model.activation.extra_logit
@@ -102,7 +102,7 @@ def grouped_risk_and_gradient(
     sizes = tuple(int(s) for s in sizes)
     M, Q, b = (jnp.asarray(x, jnp.float64) for x in (M, Q, b))
     R, (gM, gQ, gW, gb) = jax.value_and_grad(_grouped_risk, argnums=(0, 1, 2, 3))(
-        M, Q, jnp.diagonal(Q), b, model, quad, sizes
+        M, Q, jnp.diagonal(Q), b, model=model, quad=quad, sizes=sizes
     )
     n = jnp.asarray(sizes, M.dtype)  # (G,)
     idx = group_index(sizes)  # (H,)

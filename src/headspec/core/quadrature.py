@@ -282,7 +282,7 @@ def pair_nodes(quad: Quadrature) -> tuple[tuple[int, float], ...]:
     return (*levels, (quad.n_s, float("inf")))
 
 
-def _pair_table(m, C, w, v, A, quad: Quadrature, combos=None):
+def _pair_table(m, C, w, v, *, A, quad: Quadrature, combos=None):
     """F[a, b, i, j] = E g_a(w_i + s_1) g_b(v_j + s_2), s ~ N(m, C) (one token; no gradient),
     on the coarsest score grid of :func:`pair_nodes` that serves the pair's larger spread;
     only the orders (a, b) in ``combos`` (static; None: all), the others 0."""
@@ -335,11 +335,11 @@ def _pair_table(m, C, w, v, A, quad: Quadrature, combos=None):
 def moments2(m: Array, C: Array, w: Array, v: Array, A: int, quad: Quadrature) -> Array:
     """F[t, a, b, i, j] = E g_a(w[t,i] + s_1) g_b(v[t,j] + s_2), s ~ N(m[t], C[t]):
     (T, A, A, n_w, n_w)."""
-    return pair_tables(m, C, w, v, A, quad)
+    return pair_tables(m, C, w, v, A=A, quad=quad)
 
 
 def pair_tables(
-    m: Array, C: Array, w: Array, v: Array, A: int, quad: Quadrature, combos=None
+    m: Array, C: Array, w: Array, v: Array, *, A: int, quad: Quadrature, combos=None
 ) -> Array:
     """:func:`moments2` without its derivative (every argument under stop_gradient), to be
     called where a caller's own custom JVP differentiates it: (T, A, A, n_w, n_w), only the

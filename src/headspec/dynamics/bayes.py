@@ -114,7 +114,7 @@ def _joint_overlaps(predictors: Mapping[str, Predictor], F: int):
     return M_all, M_all @ M_all.T + R @ R.T, slices
 
 
-def _losses(preds, spans, lam, nu, eps, X=None, y=None):
+def _losses(preds, spans, lam, nu, eps, *, X=None, y=None):
     """Per-sample losses of each predictor, shape (P, m)."""
     out = []
     for p, (a, b) in zip(preds, spans, strict=True):
@@ -128,7 +128,7 @@ def _losses(preds, spans, lam, nu, eps, X=None, y=None):
 
 
 @eqx.filter_jit
-def _projected_chunk(key, law, preds, spans, M_all, Q_all, L, chunk):
+def _projected_chunk(key, law, preds, spans, *, M_all, Q_all, L, chunk):
     pb = sample_projected(key, law, L, chunk, M_all, Q_all)
     return _losses(preds, spans, pb.lam, pb.nu, pb.eps)
 
@@ -138,7 +138,7 @@ def _finite_chunk(key, task, preds, spans, K_all, chunk):
     batch = sample_batch(key, task, chunk)
     lam = batch.X @ K_all.T / jnp.sqrt(task.D)  # (m, L, H_tot)
     nu = batch.X @ task.U  # (m, L, F)
-    return _losses(preds, spans, lam, nu, batch.eps, batch.X, batch.y)
+    return _losses(preds, spans, lam, nu, batch.eps, X=batch.X, y=batch.y)
 
 
 @float64
@@ -172,7 +172,11 @@ def estimate_risks(
     spans = tuple((slices[k].start, slices[k].stop) for k in names)
     if route == "projected":
         chunk = chunk or max(1, 2_000_000 // (L * (F + M_all.shape[0] + 1)))
-        one = lambda k: _projected_chunk(k, law, preds, spans, M_all, Q_all, L, chunk)  # noqa: E731
+
+        def one(k):
+            return _projected_chunk(k, law, preds, spans, M_all=M_all, Q_all=Q_all, L=L,
+                                    chunk=chunk)  # fmt: skip
+
     elif route == "finite":
         if D is None:
             raise ValueError("the finite route needs D")

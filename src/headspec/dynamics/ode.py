@@ -195,7 +195,7 @@ def _field_error(y, t, args):
     return jax.vmap(one)(*y)
 
 
-def _integrate_in_chunks(y0, ts, args, solver: Solver, fail_t, record, check) -> int:
+def _integrate_in_chunks(y0, ts, args, solver: Solver, *, fail_t, record, check) -> int:
     """The exact method's integration: each seed solved through ``CHUNKS`` stretches of the grid,
     each one diffrax solve that saves at its grid points (padded to one length: one program), so
     the step size carries over between grid points. Per grid point a solver restart costs an
@@ -312,7 +312,9 @@ def integrate(
                 errs.append(np.asarray(_field_error(y, jnp.asarray(t, jnp.float64), args)))
                 err_t.append(float(t))
 
-        n_steps = _integrate_in_chunks(y0, ts, args, solver, fail_t, record, check)
+        n_steps = _integrate_in_chunks(
+            y0, ts, args, solver, fail_t=fail_t, record=record, check=check
+        )
         errs = np.stack(errs, 1) if errs else np.zeros((S, 0))
         return Integration(obs, fail_t, n_steps, errs, np.asarray(err_t))
     y = y0

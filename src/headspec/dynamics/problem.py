@@ -166,6 +166,7 @@ class Exact(Method):
         self,
         base: BaseSamples,
         quad: Quadrature | None = None,
+        *,
         scores: ScoreSamples | None = None,
         cyclic: bool = False,
         symmetric: bool = False,
@@ -189,8 +190,9 @@ class Exact(Method):
         """The same method on the refined rule (:meth:`Quadrature.refined`) and with the same
         reach (both take the same route at every state): the second evaluation of every
         error bound."""
-        return Exact(self.base, self.quad.refined(), self.scores, self.cyclic, self.symmetric,
-                     reach=self.reach, reach_rule=self.reach_rule)  # fmt: skip
+        return Exact(self.base, self.quad.refined(), scores=self.scores, cyclic=self.cyclic,
+                     symmetric=self.symmetric, reach=self.reach,
+                     reach_rule=self.reach_rule)  # fmt: skip
 
     def reach_of(self, activation) -> float:
         """The largest Q_hh where ``activation``'s drift is by quadrature: :attr:`reach` if given,

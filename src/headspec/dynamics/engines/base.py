@@ -179,20 +179,20 @@ class SGDEngine(Engine):
     @eqx.filter_jit
     def advance(self, state: SGDState, train_keys: Array, step0, n) -> SGDState:
         """Run steps step0 … step0+n−1 for every seed (vmap over seeds, one jitted loop)."""
-        out = jax.vmap(_advance_one, in_axes=(None, 0, 0, 0, 0, 0, None, None))(
-            self, state.frame, state.keys, state.b, state.fail_step, train_keys, step0, n
+        return jax.vmap(_advance_one, in_axes=(None, 0, 0, None, None))(
+            self, state, train_keys, step0, n
         )
-        return SGDState(*out)
 
 
-def _advance_one(engine: SGDEngine, frame, keys, b, fail, train_key, step0, n):
-    """Steps step0 … step0+n−1 of one seed, in blocks of ``engine.block`` steps (steps of a block
-    outside that range are computed, not applied). A non-finite update freezes the seed.
+def _advance_one(engine: SGDEngine, state: SGDState, train_key, step0, n) -> SGDState:
+    """Steps step0 … step0+n−1 of one seed (``state`` without its seed axis), in blocks of
+    ``engine.block`` steps (steps of a block outside that range are computed, not applied). A
+    non-finite update freezes the seed.
 
     Random numbers: per step from ``fold_in(train_key, step)``, or, for an engine with
     ``randoms_block``, per block from ``fold_in(train_key, step // block)`` with blocks aligned
     to multiples of ``block`` (so that any chunking of the steps draws the same numbers)."""
-    dtype = keys.dtype
+    dtype = state.keys.dtype
     size = engine.block
     by_block = engine.randoms_block is not None
 
@@ -222,7 +222,7 @@ def _advance_one(engine: SGDEngine, frame, keys, b, fail, train_key, step0, n):
         return carry
 
     n_blocks = (step0 + n - first + size - 1) // size
-    return jax.lax.fori_loop(0, n_blocks, block, (frame, keys, b, fail))
+    return SGDState(*jax.lax.fori_loop(0, n_blocks, block, tuple(state)))
 
 
 @float64

@@ -80,8 +80,8 @@ def default_n_test(seeds: int, L: int, D: int, itemsize: int, budget=256 * 2**20
     return int(min(256, budget // (seeds * L * D * itemsize)))
 
 
-@functools.partial(jax.jit, static_argnums=(2, 3, 4, 5))
-def _full_init(frame_keys, init_keys, F: int, H: int, D: int, frame_kind: str, sigma0, b0):
+@functools.partial(jax.jit, static_argnames=("F", "H", "D", "frame_kind"))
+def _full_init(frame_keys, init_keys, *, F: int, H: int, D: int, frame_kind: str, sigma0, b0):
     """Frames U (S, D, F), keys K ~ N(0, σ0² I_D) (S, H, D), biases b0 (S, H): one program."""
     dtype = sigma0.dtype
     U = jax.vmap(lambda k: make_frame(k, D, F, frame_kind, dtype))(frame_keys)  # (S, D, F)
@@ -91,8 +91,8 @@ def _full_init(frame_keys, init_keys, F: int, H: int, D: int, frame_kind: str, s
     return SGDState(U, K, b, jnp.full((S,), -1, jnp.int64))
 
 
-@functools.partial(jax.jit, static_argnums=(2, 3))
-def _full_start(frame_keys, init_keys, D: int, frame_kind: str, M, Q, b, noise):
+@functools.partial(jax.jit, static_argnames=("D", "frame_kind"))
+def _full_start(frame_keys, init_keys, *, D: int, frame_kind: str, M, Q, b, noise):
     """Every seed at (M, Q, b): k_h = √D (U M_hᵀ + V R_hᵀ) + noise·N(0, I_D), with R Rᵀ = Q − MMᵀ
     and V (D, H) orthonormal, orthogonal to the seed's frame U (random per seed)."""
     H, F = M.shape
@@ -122,14 +122,15 @@ class FullEngine(SGDEngine):
     def init(self, keys, sigma0, b0, dtype):
         sigma0, b0 = jnp.asarray(sigma0, dtype), jnp.asarray(b0, dtype)
         F, H = self.law.F, self.H
-        return _full_init(keys["frame"], keys["init"], F, H, self.dim, self.frame_kind, sigma0, b0)
+        return _full_init(keys["frame"], keys["init"], F=F, H=H, D=self.dim,
+                          frame_kind=self.frame_kind, sigma0=sigma0, b0=b0)  # fmt: skip
 
     @float64
     def start_at(self, keys, state, dtype, noise: float = 0.0):
         """Every seed at the given (M, Q, b) plus key noise, in float64, then cast to ``dtype``."""
         M, Q, b = (jnp.asarray(x, jnp.float64) for x in state)
-        st = _full_start(keys["frame"], keys["init"], self.dim, self.frame_kind, M, Q, b,
-                         jnp.float64(noise))  # fmt: skip
+        st = _full_start(keys["frame"], keys["init"], D=self.dim, frame_kind=self.frame_kind,
+                         M=M, Q=Q, b=b, noise=jnp.float64(noise))  # fmt: skip
         return SGDState(*(x.astype(dtype) for x in st[:3]), st.fail_step)
 
     def loss(self, K: Array, b: Array, X: Array, y: Array) -> Array:
