@@ -29,6 +29,17 @@ def sigint_not_ignored():
             signal.signal(signal.SIGINT, old)
 
 
+def cli_output(result) -> str:
+    """A typer/click test result's stdout and stderr together (click ≥ 8.2 interleaves both in
+    ``output``; older click has no separate stderr)."""
+    text = result.output
+    try:
+        stderr = result.stderr
+    except (ValueError, AttributeError):
+        stderr = ""
+    return text if stderr in text else text + stderr
+
+
 def claims_by_id(outcome) -> dict:
     """An outcome's claims by id (each id once)."""
     ids = [c.id for c in outcome.claims]

@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from headspec.apps.cli import app
+from helpers import cli_output
 
 runner = CliRunner()
 
@@ -180,18 +181,8 @@ def _invoke(tmp: Path, args: tuple[str, ...]):
     return runner.invoke(app, ["bayes", *argv])
 
 
-def _output(result) -> str:
-    """stdout and stderr together (click ≥ 8.2 interleaves both in ``output``)."""
-    text = result.output
-    try:
-        stderr = result.stderr
-    except (ValueError, AttributeError):  # older click without separate stderr
-        stderr = ""
-    return text if stderr in text else text + stderr
-
-
 def _assert_refused(tmp: Path, case: Case, result) -> str:
-    text = _output(result)
+    text = cli_output(result)
     assert result.exit_code == 2, (result.exit_code, text, result.exception)
     assert "Traceback" not in text, text
     for s in case.expect:
@@ -276,8 +267,8 @@ def test_valid_toml_config_runs(tmp_path):
     )
     out = tmp_path / "out.json"
     result = runner.invoke(app, ["bayes", "--config", str(cfg), "--json", str(out)])
-    assert result.exit_code == 0, (_output(result), result.exception)
-    assert "Traceback" not in _output(result)
+    assert result.exit_code == 0, (cli_output(result), result.exception)
+    assert "Traceback" not in cli_output(result)
     data = json.loads(out.read_text())
     assert {"config", "seed", "metadata", "results", "bayes_risk"} <= set(data)
     assert {"git_revision", "headspec_version"} <= set(data["metadata"])
@@ -311,7 +302,7 @@ def test_set_overrides_switch_the_law(tmp_path):
             str(out),
         ],
     )
-    assert result.exit_code == 0, (_output(result), result.exception)
+    assert result.exit_code == 0, (cli_output(result), result.exception)
     data = json.loads(out.read_text())
     assert data["config"]["task"]["latent"] == {"kind": "spike", "a": [3.0], "scale": 1.0}
     assert data["config"]["task"]["L"] == 10

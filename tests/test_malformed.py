@@ -21,6 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from headspec.apps.cli import app
+from helpers import cli_output
 from results import write_result
 
 runner = CliRunner()
@@ -318,16 +319,6 @@ def no_computation(monkeypatch):
         monkeypatch.setattr(module, name, computed)
 
 
-def _output(result) -> str:
-    """stdout and stderr together (click ≥ 8.2 interleaves both in ``output``)."""
-    text = result.output
-    try:
-        stderr = result.stderr
-    except (ValueError, AttributeError):
-        stderr = ""
-    return text if stderr in text else text + stderr
-
-
 @pytest.mark.parametrize("case", list(CASES.values()), ids=list(CASES))
 def test_malformed_input_is_refused(case, inputs, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # default output names would land here, and count as leftovers
@@ -337,7 +328,7 @@ def test_malformed_input_is_refused(case, inputs, tmp_path, monkeypatch):
     inputs_before = {p: p.stat().st_mtime_ns for p in inputs.iterdir()}
     argv = [a.replace("{tmp}", str(tmp_path)).replace("{in}", str(inputs)) for a in case.args]
     result = runner.invoke(app, argv)
-    text = _output(result)
+    text = cli_output(result)
     assert result.exit_code == 2, (result.exit_code, text, result.exception)
     assert "Traceback" not in text, text
     flat = " ".join(text.split())  # Typer's error box may wrap a long message

@@ -44,6 +44,7 @@ from headspec.dynamics.ode import (
     flatten,
     unflatten,
 )
+from helpers import cli_output
 
 L = 6  # tokens per sequence in every test (one compilation per law shape)
 
@@ -404,16 +405,6 @@ def test_sobol_and_plain_mc_drifts_agree(law):
 runner = CliRunner()
 
 
-def _output(result) -> str:
-    """stdout and stderr together (click ≥ 8.2 interleaves both in ``output``)."""
-    text = result.output
-    try:
-        stderr = result.stderr
-    except (ValueError, AttributeError):
-        stderr = ""
-    return text if stderr in text else text + stderr
-
-
 REFUSALS = {
     "given-not-psd": (
         ["--H", "1", "--set", 'theory.init={kind="given", M=[[1.0, 0.0]], Q=[[0.5]]}'],
@@ -452,7 +443,7 @@ def _refuse(case: str, tmp_path: Path) -> str:
     out = tmp_path / "theory.nc"
     argv = [a.replace("{tmp}", str(tmp_path)) for a in args] + ["--out", str(out)]
     result = runner.invoke(app, ["theory", *argv])
-    text = _output(result)
+    text = cli_output(result)
     assert result.exit_code == 2, (result.exit_code, text, result.exception)
     assert "Traceback" not in text, text
     for s in expect:
