@@ -35,9 +35,9 @@ def _tiny_recipe(ctx):
     from headspec.apps.experiments import Run
     from headspec.apps.plots import plot_risk
 
-    over = ("task.D=40", "task.L=4", "model.H=2", "train.T=1.0", "train.engine='reduced'",
-            "seeds=2", "record.points=5", "record.n_mc=256")  # fmt: skip
-    sim, ode, dev = ctx.paired([Run("tiny", "simulate", over)], ("theory.n=128",))["tiny"]
+    sets = {"task.D": 40, "task.L": 4, "model.H": 2, "train.T": 1.0, "train.engine": "reduced",
+            "seeds": 2, "record.points": 5, "record.n_mc": 256}  # fmt: skip
+    sim, ode, dev = ctx.paired([Run("tiny", "simulate", sets)], {"theory.n": 128})["tiny"]
     ctx.claim(Claim("E4.tiny", "A tiny claim | with a pipe", "ODE vs simulation",
                     dev["risk"]["max_dev"], 0.0, Tolerance("at_most", 1.0, why="≤ 100 % (a toy)"),
                     unit="%"))  # fmt: skip

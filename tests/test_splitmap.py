@@ -216,7 +216,7 @@ def test_a_recipe_runs_a_setting_of_the_map_and_reuses_its_file(tmp_path):
                        "model": {"H": 2}, "train": {"lr": 3.0, "T": 5.0},
                        "record": {"points": 5}, "theory": {"n": 64}}}  # fmt: skip
     ctx = Context("E9", spec, "quick", tmp_path)
-    run = Run("map_a2.5", "splitmap", (f"map.lr={LR}", "map.n=2048", "map.scales=[1.0]"))
+    run = Run("map_a2.5", "splitmap", {"map.lr": LR, "map.n": 2048, "map.scales": [1.0]})
     ds = ctx.runs([run])["map_a2.5"]
     assert ds.kind.values.tolist() == ["no fixed point", "minimum"]
     assert ctx.outcome.configs["map_a2.5"]["map"]["lr"] == LR

@@ -554,11 +554,11 @@ def test_reproduce_on_a_scheduler_resumes_without_recomputing(client, tmp_path, 
     interrupt = {"on": True}
 
     def recipe(ctx):
-        pairs = ctx.paired([Run("a", "simulate", ("seeds=2",)),
-                            Run("b", "simulate", ("seeds=2", "train.lr=0.25"))])  # fmt: skip
+        pairs = ctx.paired([Run("a", "simulate", {"seeds": 2}),
+                            Run("b", "simulate", {"seeds": 2, "train.lr": 0.25})])  # fmt: skip
         if interrupt["on"]:
             raise KeyboardInterrupt  # as a Ctrl-C after the first batch
-        ctx.runs([Run("c", "theory", ("train.lr=0.75",))])
+        ctx.runs([Run("c", "theory", {"train.lr": 0.75})])
         ctx.claim(Claim("E1.c", "c", "q", pairs["a"][2]["risk"]["max_dev"], 0.0,
                         Tolerance("at_least", 0.0, why="t")))  # fmt: skip
 

@@ -1,7 +1,7 @@
 """What E3 and E4 share: "reaches R_B" with an annealed learning rate, measured on common samples.
 
 With a constant η the η² term of dQ/dt leaves an O(η) excess over R_B, so both recipes judge
-"reaches R_B" on runs with an inverse-time schedule (:func:`schedule_override`,
+"reaches R_B" on runs with an inverse-time schedule (:func:`inverse_time`,
 :func:`eta_end`) against a tolerance that adds the Monte-Carlo error and the finite-D and
 finite-η corrections (:func:`eta_limit`, :func:`reach_claims`). The excess is measured on
 common samples: every seed's final (M, Q, b) and the Bayes posterior on the same sequences
@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from headspec.apps.experiments.base import Context, Run, fmt
+from headspec.apps.experiments.base import Context, Run, Sets, fmt
 from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.apps.experiments.params import Count, Positive, RecipeParams
 
@@ -29,12 +29,13 @@ class AnnealParams(RecipeParams):
     aim: Positive = Field(description="reaches R_B: a relative excess within this")
 
 
-def anneal_run(name: str, p: AnnealParams, *overrides: str, extra: dict | None = None) -> Run:
-    """The simulation ``name`` with ``p.seeds`` seeds, ``overrides``, to ``p.anneal_T`` with the
+def anneal_run(name: str, p: AnnealParams, sets: Sets | None = None,
+               extra: dict | None = None) -> Run:  # fmt: skip
+    """The simulation ``name`` with ``p.seeds`` seeds, ``sets``, to ``p.anneal_T`` with the
     inverse-time schedule of ``p``."""
-    schedule = schedule_override(p.anneal_t0, p.anneal_power)
-    over = (f"seeds={p.seeds}", *overrides, f"train.T={p.anneal_T}", schedule)
-    return Run(name, "simulate", over, extra)
+    schedule = inverse_time(p.anneal_t0, p.anneal_power)
+    own = {"seeds": p.seeds, **(sets or {}), "train.T": p.anneal_T, "train.schedule": schedule}
+    return Run(name, "simulate", own, extra)
 
 
 def reach_annealed(ctx: Context, cid: str, label: str, p: AnnealParams, anneal_pair, ex_anneal,
@@ -139,8 +140,9 @@ def pct(x: float, digits: int = 2) -> str:
     return f"{100 * x:+.{digits}f} %"
 
 
-def schedule_override(t0: float, power: float = 1.0) -> str:
-    return f'train.schedule={{kind="inverse_time", t0={float(t0)}, power={float(power)}}}'
+def inverse_time(t0: float, power: float = 1.0) -> dict:
+    """The train.schedule table η(t) = η/(1 + t/t0)^power."""
+    return {"kind": "inverse_time", "t0": float(t0), "power": float(power)}
 
 
 def eta_end(lr: float, t0: float, power: float, T: float) -> float:

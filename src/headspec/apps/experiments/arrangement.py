@@ -105,8 +105,9 @@ def prepared_state(atoms: np.ndarray, sizes: tuple[int, ...], scale: float, eps:
     return M, Q
 
 
-def mat_text(x) -> str:
-    return "[" + ", ".join("[" + ", ".join(f"{v:.6g}" for v in r) + "]" for r in x) + "]"
+def rounded(x) -> list[list[float]]:
+    """A matrix as nested lists of floats to 6 significant digits (a readable config entry)."""
+    return [[float(f"{v:.6g}") for v in r] for r in x]
 
 
 def classify(ds, t_index: int, n: int, group_cos: float) -> dict:

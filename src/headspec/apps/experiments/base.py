@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ from headspec.conventions import results
 from headspec.conventions.config import SimulateConfig, SplitMapConfig, load_config, merge
 from headspec.core.stats import mean_se
 
-__all__ = ["CONFIG_SECTIONS", "Context", "Outcome", "Run", "Stopped", "ode_beside"]
+__all__ = ["CONFIG_SECTIONS", "Context", "Outcome", "Run", "Sets", "Stopped", "ode_beside"]
 
 
 @dataclasses.dataclass
@@ -53,16 +53,21 @@ class Outcome:
     table_header: tuple[str, ...] | None = None  # the table's column names
 
 
+#: typed changes to a config by dotted key, e.g. ``{"model.H": 8}`` (see :class:`Run`)
+Sets = Mapping[str, Any]
+
+
 @dataclasses.dataclass(frozen=True)
 class Run:
     """One run of a recipe: ``kind`` "simulate", "theory" or "splitmap" (one setting of the map
-    of uneven splits: the base config's task and model, and a ``map`` table), its overrides
-    (``--set`` syntax) and an ``extra`` config table merged into the recipe's base config
-    first."""
+    of uneven splits: the base config's task and model, and a ``map`` table), ``sets``: typed
+    changes to the recipe's base config by dotted key (``{"model.H": 8, "seeds": 16}``; a table
+    value replaces the base's table whole, as ``--set`` does), and an ``extra`` config table
+    merged into the base config first."""
 
     name: str
     kind: str
-    overrides: tuple[str, ...] = ()
+    sets: Sets = dataclasses.field(default_factory=dict)
     extra: dict | None = None
 
 
@@ -108,16 +113,16 @@ class Context:
         self.outcome = Outcome(exp_id, self.params.title or exp_id)
         self._stage = 0  # batches sent to the cluster so far (their priority there)
 
-    def cfg(self, model, name: str, *overrides: str, extra: dict | None = None):
+    def cfg(self, model, name: str, sets: Sets | None = None, extra: dict | None = None):
         """The resolved config of run ``name`` (kept for the report): the recipe's base config,
         ``extra`` merged into it (a table with a ``kind``, e.g. a latent law, replaces the
-        base's whole table), then the overrides."""
+        base's whole table), then ``sets`` (see :class:`Run`)."""
         base = merge(self.config, extra or {})
         if model is SplitMapConfig:  # a setting of the map: the task and the model only
             base = {k: v for k, v in base.items() if k in ("task", "model")}
         other = "theory" if model is SimulateConfig else "diffusion"  # the other kind's section
         base = {k: v for k, v in base.items() if k != other}
-        c = load_config(model, base=base, overrides=list(overrides))
+        c = load_config(model, base=base, sets=sets)
         self.outcome.configs[name] = json.loads(c.model_dump_json())
         return c
 
@@ -212,30 +217,32 @@ class Context:
             self._log(f"{self.id} {r.name}: {took:.0f} s on a worker (CPU {cpu:.0f} s)")
         return out
 
-    def theory(self, name: str, *overrides: str, extra: dict | None = None):
-        return self.runs([Run(name, "theory", overrides, extra)])[name]
+    def theory(self, name: str, sets: Sets | None = None, extra: dict | None = None):
+        return self.runs([Run(name, "theory", dict(sets or {}), extra)])[name]
 
-    def simulate(self, name: str, *overrides: str, extra: dict | None = None):
-        ds = self.runs([Run(name, "simulate", overrides, extra)])[name]
+    def simulate(self, name: str, sets: Sets | None = None, extra: dict | None = None):
+        ds = self.runs([Run(name, "simulate", dict(sets or {}), extra)])[name]
         return ds, self.path(name)
 
-    def theory_of(self, sim: Run, *overrides: str) -> Run:
+    def theory_of(self, sim: Run, sets: Sets | None = None) -> Run:
         """The ODE run (named ``<sim>_ode``) of simulation ``sim``'s config, started from each of
-        its seeds' exact initial state (its result file); ``diffusion.*`` overrides are dropped."""
-        init = f'theory.init={{kind="simulation", path="{self.path(sim.name).as_posix()}"}}'
-        own = tuple(o for o in sim.overrides if not o.startswith("diffusion."))
+        its seeds' exact initial state (its result file), with ``sets`` on top; ``diffusion.*``
+        settings are dropped."""
+        init = {"kind": "simulation", "path": self.path(sim.name).as_posix()}
+        own = {k: v for k, v in sim.sets.items() if not k.startswith("diffusion.")}
         extra = {k: v for k, v in (sim.extra or {}).items() if k != "diffusion"}
-        return Run(f"{sim.name}_ode", "theory", (*own, init, *overrides), extra or None)
+        return Run(f"{sim.name}_ode", "theory", {**own, "theory.init": init, **(sets or {})},
+                   extra or None)  # fmt: skip
 
-    def paired_plan(self, batch: list[Run], theory_overrides: tuple[str, ...] = ()) -> list[Run]:
+    def paired_plan(self, batch: list[Run], theory_sets: Sets | None = None) -> list[Run]:
         """The runs of :meth:`paired`: the simulations, then the ODE beside each."""
-        return [*batch, *(self.theory_of(r, *theory_overrides) for r in batch)]
+        return [*batch, *(self.theory_of(r, theory_sets) for r in batch)]
 
     def planned(self, batch: list[Run]) -> list[tuple[Run, Any]]:
         """Each run of ``batch`` with its resolved config, as :meth:`runs` would run it."""
-        return [(r, self.cfg(MODELS[r.kind], r.name, *r.overrides, extra=r.extra)) for r in batch]
+        return [(r, self.cfg(MODELS[r.kind], r.name, r.sets, extra=r.extra)) for r in batch]
 
-    def paired(self, batch: list[Run], theory_overrides: tuple[str, ...] = ()) -> dict:
+    def paired(self, batch: list[Run], theory_sets: Sets | None = None) -> dict:
         """Simulations and, beside each, the ODE from each of its seeds' exact initial state.
 
         Returns name → (simulation, theory, deviations) with the deviations of
@@ -243,7 +250,7 @@ class Context:
         from headspec.conventions.comparison import compare
 
         sims = self.runs(batch)
-        ths = self.runs([self.theory_of(r, *theory_overrides) for r in batch])
+        ths = self.runs([self.theory_of(r, theory_sets) for r in batch])
         return {
             r.name: (sims[r.name], ths[f"{r.name}_ode"],
                      compare(sims[r.name], ths[f"{r.name}_ode"]))

@@ -38,11 +38,11 @@ class Params(RecipeParams):
     ode_T: Positive | None = Field(None, description="the ODE's horizon (None: the run's T)")
 
 
-def _runs(ctx: Context) -> tuple[list[Run], tuple[str, ...]]:
-    """The simulation, and the overrides of the ODE beside it (its horizon: up to the escapes)."""
+def _runs(ctx: Context) -> tuple[list[Run], dict]:
+    """The simulation, and the settings of the ODE beside it (its horizon: up to the escapes)."""
     p = ctx.params
     T_ode = ctx.config["train"]["T"] if p.ode_T is None else p.ode_T
-    return [Run("simulation", "simulate", (f"seeds={p.seeds}",))], (f"train.T={T_ode}",)
+    return [Run("simulation", "simulate", {"seeds": p.seeds})], {"train.T": T_ode}
 
 
 def plan(ctx: Context) -> list[Run]:

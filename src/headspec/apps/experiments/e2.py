@@ -47,7 +47,7 @@ class Params(RecipeParams):
 
 
 def _order_run(p) -> list[Run]:
-    return [Run("order", "simulate", (f"seeds={p.seeds}",))]
+    return [Run("order", "simulate", {"seeds": p.seeds})]
 
 
 def plan(ctx: Context) -> list[Run]:
@@ -136,15 +136,15 @@ def _logd_plan(ctx: Context) -> list[Run]:
 
     def engine(D):
         if big is None or D < big:
-            return ()
-        return ("train.engine='diffusion'", "diffusion.drift='exact'",
-                f"diffusion.n={p.logd_diffusion_n}")  # fmt: skip
+            return {}
+        return {"train.engine": "diffusion", "diffusion.drift": "exact",
+                "diffusion.n": p.logd_diffusion_n}  # fmt: skip
 
     return [
         Run(f"logD_{int(D)}", "simulate",
-            (f"task.D={int(D)}", f"seeds={p.logd_seeds}", f"train.T={T}",
-             "record.grid='linear'", f"record.points={round(T / p.logd_dt)}",
-             "record.n_mc=64", *engine(D)),
+            {"task.D": int(D), "seeds": p.logd_seeds, "train.T": T,
+             "record.grid": "linear", "record.points": round(T / p.logd_dt),
+             "record.n_mc": 64, **engine(D)},
             extra=ctx.spec.get("logd", {}))
         for D in p.dims
     ]  # fmt: skip

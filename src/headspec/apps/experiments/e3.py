@@ -65,10 +65,10 @@ def _batches(p: Params) -> dict[str, list[Run]]:
     for law in p.laws:
         kind, extra = law["kind"], {"task": {"latent": law}}
         batches[kind] = [
-            Run(f"{kind}_{a}", "simulate", (f"seeds={p.seeds}", f'model.activation="{a}"'), extra)
+            Run(f"{kind}_{a}", "simulate", {"seeds": p.seeds, "model.activation": a}, extra)
             for a in p.activations
         ]
-        bs = 'model.activation="bayes_softmax"'
+        bs = {"model.activation": "bayes_softmax"}
         batches[kind].append(anneal_run(f"{kind}_bayes_softmax_anneal", p, bs, extra=extra))
     return batches
 

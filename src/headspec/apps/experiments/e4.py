@@ -46,9 +46,9 @@ def _runs(ctx: Context) -> tuple[list[Run], Run]:
     """The simulations at constant and annealed η, and the ODE of the constant one at the
     contrast η (from the same initial states)."""
     p = ctx.params
-    const = Run("const", "simulate", (f"seeds={p.seeds}",))
-    c2 = ctx.theory_of(const, f"train.lr={p.contrast_lr}")
-    return [const, anneal_run("anneal", p)], Run("const_lr2_ode", "theory", c2.overrides, c2.extra)
+    const = Run("const", "simulate", {"seeds": p.seeds})
+    c2 = ctx.theory_of(const, {"train.lr": p.contrast_lr})
+    return [const, anneal_run("anneal", p)], Run("const_lr2_ode", "theory", c2.sets, c2.extra)
 
 
 def plan(ctx: Context) -> list[Run]:
@@ -90,7 +90,7 @@ def _constructed(ctx: Context):
 
     from headspec.dynamics.bayes import Posterior, constructed_bayes_softmax, estimate_risks
 
-    cfg = ctx.cfg(TheoryConfig, "constructed", "seeds=1")
+    cfg = ctx.cfg(TheoryConfig, "constructed", {"seeds": 1})
     law = cfg.task.latent.build()
     n_c = ctx.params.samples
     est, samples = estimate_risks(

@@ -45,8 +45,7 @@ class Params(PruneParams):
 
 
 def _sims(p: Params) -> list[Run]:
-    return [Run(a, "simulate", (f"seeds={p.seeds}", f'model.activation="{a}"'))
-            for a in p.activations]  # fmt: skip
+    return [Run(a, "simulate", {"seeds": p.seeds, "model.activation": a}) for a in p.activations]
 
 
 def plan(ctx: Context) -> list[Run]:

@@ -31,10 +31,10 @@ from pydantic import Field
 from headspec.apps.experiments.arrangement import (
     classify,
     histories,
-    mat_text,
     moves_text,
     prepared_state,
     risks_text,
+    rounded,
     summary,
 )
 from headspec.apps.experiments.base import Context, Run, finite_mean_se, fmt
@@ -44,7 +44,7 @@ from headspec.apps.experiments.registry import recipe
 from headspec.apps.experiments.split_map import (
     LAW_NAMES,
     LAWS,
-    law_override,
+    law_sets,
     map_claim,
     map_figure,
     map_runs,
@@ -98,38 +98,36 @@ HEADER = ("activation", "law", "start → run", "n", "split after specialisation
 
 @dataclasses.dataclass(frozen=True)
 class _Laws:
-    """The recipe's laws: the task.latent override, the atoms (two rows) and the horizon T of
+    """The recipe's laws: the task.latent setting, the atoms (two rows) and the horizon T of
     each."""
 
     names: list[str]
-    over: dict[str, str]
+    over: dict[str, dict]  # law → its task.latent setting
     atoms: dict[str, np.ndarray]
     T: dict[str, float]
 
     @classmethod
     def of(cls, p: Params) -> _Laws:
         a = p.a
-        over = {k: law_override(k, a) for k in LAWS}
+        over = {k: law_sets(k, a) for k in LAWS}
         atoms = {k: f(a) for k, (_, f) in LAWS.items()}
         return cls(list(p.laws), over, atoms, {k: p.T[k] for k in p.laws})
 
 
-def _sims(p: Params, L: _Laws) -> tuple[list[Run], tuple[str, ...]]:
-    """Softmax simulations from the natural start, and the overrides of the ODE beside them
+def _sims(p: Params, L: _Laws) -> tuple[list[Run], dict]:
+    """Softmax simulations from the natural start, and the settings of the ODE beside them
     (from the first ``ode_seeds`` seeds' initial states)."""
-    sims = [Run(f"softmax_{k}", "simulate", (L.over[k], f"seeds={p.seeds}", f"train.T={L.T[k]}"))
+    sims = [Run(f"softmax_{k}", "simulate", {**L.over[k], "seeds": p.seeds, "train.T": L.T[k]})
             for k in L.names]  # fmt: skip
-    return sims, () if p.ode_seeds is None else (f"theory.init.seeds={list(range(p.ode_seeds))}",)
+    return sims, {} if p.ode_seeds is None else {"theory.init.seeds": list(range(p.ode_seeds))}
 
 
 def _contrasts(p: Params, L: _Laws) -> list[Run]:
     """Contrasts: ODE only, perturbed random start at the same D (head_cyclic false in quick: 4×
     cheaper, the drift samples' O(1/√n) asymmetry then joins the O(1/√D) start's)."""
-    cyc = p.contrast_head_cyclic
-    cyc = f'"{cyc}"' if isinstance(cyc, str) else str(cyc).lower()
-    return [Run(f"{act}_{k}_ode", "theory", (L.over[k], f"seeds={p.contrast_seeds}",
-                                             f"train.T={L.T[k]}", f'model.activation="{act}"',
-                                             f"theory.head_cyclic={cyc}"))
+    return [Run(f"{act}_{k}_ode", "theory", {**L.over[k], "seeds": p.contrast_seeds,
+                                             "train.T": L.T[k], "model.activation": act,
+                                             "theory.head_cyclic": p.contrast_head_cyclic})
             for act in p.contrasts for k in L.names if p.contrast_seeds]  # fmt: skip
 
 
@@ -188,11 +186,11 @@ def _prepared(p: Params, L: _Laws, acts: list, splits: list) -> dict:
         for k in L.names:
             for sizes in splits:
                 M, Q = prepared_state(L.atoms[k], tuple(sizes), p.prep_scale, p.prep_eps)
-                init = f'theory.init={{kind="given", M={mat_text(M)}, Q={mat_text(Q)}}}'
+                init = {"kind": "given", "M": rounded(M), "Q": rounded(Q)}
                 name = ("" if act is None else f"{act}_") + f"prepared_{k}_{sizes[0]}{sizes[1]}"
-                use = () if act is None else (f'model.activation="{act}"',)
-                over = (L.over[k], f"train.T={p.T_prepared}", *use, init)
-                out[name] = (act, k, sizes, Run(name, "theory", over))
+                use = {} if act is None else {"model.activation": act}
+                sets = {**L.over[k], "train.T": p.T_prepared, **use, "theory.init": init}
+                out[name] = (act, k, sizes, Run(name, "theory", sets))
     return out
 
 

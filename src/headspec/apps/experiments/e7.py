@@ -138,8 +138,8 @@ class Params(RecipeParams):
         return settings
 
 
-def _runs(ctx: Context) -> tuple[list[Run], dict, tuple[str, ...]]:
-    """The simulations (one per F, H, activation), their (F, H, activation), and the overrides
+def _runs(ctx: Context) -> tuple[list[Run], dict, dict]:
+    """The simulations (one per F, H, activation), their (F, H, activation), and the settings
     of the ODE beside them (the first ``ode_seeds`` seeds)."""
     p = ctx.params
     S, n_ode = int(p.seeds), int(p.seeds if p.ode_seeds is None else p.ode_seeds)
@@ -147,16 +147,16 @@ def _runs(ctx: Context) -> tuple[list[Run], dict, tuple[str, ...]]:
     for F, H, *T in [tuple(x) for x in p.settings]:
         for act in p.activations:
             name = f"F{F}_H{H}_{act}"
-            ov = (f"seeds={S}", f"model.H={H}", f'model.activation="{act}"')
+            ov = {"seeds": S, "model.H": H, "model.activation": act}
             horizon = T[0].get(act) if T and isinstance(T[0], dict) else (T or [None])[0]
             if horizon is not None:  # this setting's own horizon
-                ov += (f"train.T={float(horizon)}",)
+                ov["train.T"] = float(horizon)
             extra = {"task": {"latent": isotropic_latent(F, p.a)}}
             batch.append(Run(name, "simulate", ov, extra))
             meta[name] = (F, H, act)
     seed0 = int(ctx.config.get("seed", 0))
-    ids = ",".join(str(i) for i in range(seed0, seed0 + n_ode))
-    return batch, meta, (f"theory.init.seeds=[{ids}]",) if n_ode < S else ()
+    ids = list(range(seed0, seed0 + n_ode))
+    return batch, meta, {"theory.init.seeds": ids} if n_ode < S else {}
 
 
 def plan(ctx: Context) -> list[Run]:
@@ -170,7 +170,7 @@ def run(ctx: Context):
     p = ctx.params
     S = int(p.seeds)
     batch, meta, th_ov = _runs(ctx)
-    res = ctx.paired(batch, theory_overrides=th_ov)
+    res = ctx.paired(batch, theory_sets=th_ov)
 
     shapes, rows = {}, []
     for name, (sim, ode, dev) in res.items():

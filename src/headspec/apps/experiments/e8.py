@@ -41,7 +41,7 @@ def floor(L: int) -> float:
 
 
 def _sims(p: Params) -> list[Run]:
-    return [Run(f"a{a:g}_{act}", "simulate", (f"seeds={p.seeds}", f'model.activation="{act}"'),
+    return [Run(f"a{a:g}_{act}", "simulate", {"seeds": p.seeds, "model.activation": act},
                 {"task": {"latent": {"kind": "flipped_spike", "a": [a]}}})
             for a in p.amplitudes for act in ACTS]  # fmt: skip
 

@@ -81,10 +81,10 @@ def _sims(ctx: Context) -> list[Run]:
     out = []
     for a in p.activations:
         for H in p.heads:
-            sets = [f"seeds={p.seeds}", f'model.activation="{a}"', f"model.H={H}"]
+            sets = {"seeds": p.seeds, "model.activation": a, "model.H": H}
             if a == "softmax" and p.softmax_T_per_head * H > T:
-                sets.append(f"train.T={p.softmax_T_per_head * H:g}")  # its split comes ∝ H late
-            out.append(Run(_name(a, H), "simulate", tuple(sets)))
+                sets["train.T"] = p.softmax_T_per_head * H  # its split comes ∝ H late
+            out.append(Run(_name(a, H), "simulate", sets))
     return out
 
 

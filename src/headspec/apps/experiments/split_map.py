@@ -12,19 +12,19 @@ from headspec.apps.experiments.claims import Claim, Tolerance
 
 Params = Any  # E6's parameters (headspec.apps.experiments.e6.Params: map_laws, map_a, …)
 
-LAWS = {
-    "spike": ('task.latent={kind="flipped_spike", a=[%s]}', lambda a: np.array([[a], [-a]])),
+LAWS = {  # law → (its task.latent table at amplitude a, its atoms at a)
+    "spike": (lambda a: {"kind": "flipped_spike", "a": [a]}, lambda a: np.array([[a], [-a]])),
     "orth": (
-        'task.latent={kind="discrete", atoms=[[%s, 0.0], [0.0, %s]], probs=[0.5, 0.5]}',
+        lambda a: {"kind": "discrete", "atoms": [[a, 0.0], [0.0, a]], "probs": [0.5, 0.5]},
         lambda a: np.array([[a, 0.0], [0.0, a]]),
     ),
 }
 LAW_NAMES = {"spike": "flipped spike ±a", "orth": "two orthogonal features"}
 
 
-def law_override(k: str, a: float) -> str:
-    """The task.latent override of law ``k`` at amplitude ``a``."""
-    return LAWS[k][0] % ((a,) if k == "spike" else (a, a))
+def law_sets(k: str, a: float) -> dict:
+    """The task.latent setting of law ``k`` at amplitude ``a`` (a :class:`Run`'s ``sets``)."""
+    return {"task.latent": LAWS[k][0](float(a))}
 
 
 def split_map(ctx: Context, p: Params) -> dict[str, list]:
@@ -41,8 +41,8 @@ def split_map(ctx: Context, p: Params) -> dict[str, list]:
 def map_runs(ctx: Context, p: Params) -> dict[tuple[str, float], Run]:
     """(law, a) → its "splitmap" run."""
     lr = p.map_lr if p.map_lr is not None else float(ctx.config.get("train", {}).get("lr", 1.0))
-    return {(k, a): Run(f"map_{k}_a{a:g}", "splitmap", (law_override(k, a), f"map.lr={lr}",
-                                                        f"map.n={p.map_n}"))
+    return {(k, a): Run(f"map_{k}_a{a:g}", "splitmap", {**law_sets(k, a), "map.lr": lr,
+                                                        "map.n": p.map_n})
             for k in p.map_laws for a in p.map_a}  # fmt: skip
 
 

@@ -22,7 +22,7 @@ from headspec.apps.experiments.base import Context, Run
 from headspec.apps.experiments.claims import Claim, Tolerance, value_se
 from headspec.apps.experiments.params import Cosine, Count, Positive, RecipeParams
 from headspec.apps.experiments.registry import study
-from headspec.apps.experiments.split_map import LAW_NAMES, LAWS, law_override
+from headspec.apps.experiments.split_map import LAW_NAMES, LAWS, law_sets
 
 Activation = Literal["softmax", "softmax1", "bayes_softmax"]
 Law = Literal["spike", "orth"]
@@ -51,12 +51,12 @@ def runs(ctx: Context) -> list[Run]:
     p = ctx.params
     out = []
     for act, law in _cases(p):
-        common = (law_override(law, p.a), f"model.activation='{act}'")
+        common = {**law_sets(law, p.a), "model.activation": act}
         lr = float(ctx.config["train"]["lr"])
-        out.append(Run(f"map_{act}_{law}", "splitmap", (*common, f"map.lr={lr}",
-                       f"map.n={p.map_n}", "map.excursions=true")))  # fmt: skip
-        out.append(Run(f"sim_{act}_{law}", "simulate", (*common, f"seeds={p.seeds}",
-                       f"train.T={p.T}", f"record.points={p.points}")))  # fmt: skip
+        out.append(Run(f"map_{act}_{law}", "splitmap", {**common, "map.lr": lr,
+                       "map.n": p.map_n, "map.excursions": True}))  # fmt: skip
+        out.append(Run(f"sim_{act}_{law}", "simulate", {**common, "seeds": p.seeds,
+                       "train.T": p.T, "record.points": p.points}))  # fmt: skip
     return out
 
 

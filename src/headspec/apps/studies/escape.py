@@ -210,7 +210,7 @@ def rate_of(ctx: Context, n: int, name: str) -> tuple[dict, object]:
     from headspec.conventions.config import TheoryConfig
     from headspec.dynamics.problem import OrderParameters
 
-    cfg = ctx.cfg(TheoryConfig, name, f"theory.n={n}")
+    cfg = ctx.cfg(TheoryConfig, name, {"theory.n": n})
     law, H = cfg.task.latent.build(), cfg.model.H
     a = np.asarray(law.atoms, float)  # (J, F); the guess: between the atoms, by their weights
     guess = OrderParameters(

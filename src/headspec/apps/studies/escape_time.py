@@ -52,46 +52,46 @@ def runs(ctx: Context) -> list[Run]:
         Run(
             f"sim_D{D}",
             "simulate",
-            (
-                f"task.D={D}",
-                f"seeds={S}",
-                f"train.T={p.T_sim}",
-                f"record.points={_points(p.T_sim, p.record_dt)}",
-                "train.engine='reduced'",
-                "train.dtype='float64'",
-            ),
+            {
+                "task.D": D,
+                "seeds": S,
+                "train.T": p.T_sim,
+                "record.points": _points(p.T_sim, p.record_dt),
+                "train.engine": "reduced",
+                "train.dtype": "float64",
+            },
         )
         for D, S in zip(p.sim_dims, p.sim_seeds, strict=True)
     ]
     ode = [
-        (
-            f"task.D={D}",
-            f"seeds={p.ode_seeds}",
-            f"train.T={p.T_ode}",
-            f"record.points={_points(p.T_ode, p.record_dt)}",
-        )
+        {
+            "task.D": D,
+            "seeds": p.ode_seeds,
+            "train.T": p.T_ode,
+            "record.points": _points(p.T_ode, p.record_dt),
+        }
         for D in p.ode_dims
     ]
     plain = [
-        Run(f"ode_D{D}", "theory", (*o, f"theory.n={p.ode_n}", "theory.head_cyclic=false"))
+        Run(f"ode_D{D}", "theory", {**o, "theory.n": p.ode_n, "theory.head_cyclic": False})
         for D, o in zip(p.ode_dims, ode, strict=True)
     ]
     cyc = [
-        Run(f"odec_D{D}", "theory", (*o, f"theory.n={p.odec_n}", "theory.head_cyclic=true"))
+        Run(f"odec_D{D}", "theory", {**o, "theory.n": p.odec_n, "theory.head_cyclic": True})
         for D, o in zip(p.ode_dims, ode, strict=True)
     ]
     T = max(p.local_times)  # the symmetric trajectory (both heads alike) for the local rates
     sym = Run(
         "symmetric",
         "theory",
-        (
-            "task.D=1000",
-            "seeds=1",
-            f"train.T={T}",
-            f"record.points={round(T / min(p.local_times))}",  # t = 5, 10, …: the local times
-            "theory.init={kind='symmetric'}",
-            f"theory.n={p.rate_n}",
-        ),
+        {
+            "task.D": 1000,
+            "seeds": 1,
+            "train.T": T,
+            "record.points": round(T / min(p.local_times)),  # t = 5, 10, …: the local times
+            "theory.init": {"kind": "symmetric"},
+            "theory.n": p.rate_n,
+        },
     )
     return [*sim, *plain, *cyc, sym]
 

@@ -43,12 +43,12 @@ def runs(ctx: Context) -> list[Run]:
         Run(
             f"D{D}",
             "simulate",
-            (
-                f"task.D={D}",
-                f"seeds={p.seeds}",
-                f"train.T={horizon(p, D)}",
-                f"record.points={round(horizon(p, D) / p.record_dt)}",
-            ),
+            {
+                "task.D": D,
+                "seeds": p.seeds,
+                "train.T": horizon(p, D),
+                "record.points": round(horizon(p, D) / p.record_dt),
+            },
         )
         for D in p.dims
     ]

@@ -12,10 +12,11 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import re
 import stat
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -386,13 +387,18 @@ def load_config(
     path: str | Path | None = None,
     overrides: list[str] | None = None,
     base: dict[str, Any] | None = None,
+    sets: Mapping[str, Any] | None = None,
 ) -> T:
-    """Build a validated config: defaults, then ``base`` (a dict), the TOML file, the overrides."""
+    """Build a validated config: defaults, then ``base`` (a dict), the TOML file, ``sets`` (typed
+    values by dotted key, ``{"model.H": 8}``: the rules of :func:`apply_overrides` without the
+    parsing), then the overrides (``--set`` text)."""
     data = model.model_construct().model_dump() if _has_defaults(model) else {}
     if base is not None:
         data = merge(data, base)
     if path is not None:
         data = merge(data, read_toml(path))
+    for key, value in (sets or {}).items():
+        data = set_key(data, key.split("."), copy.deepcopy(value), what=f"setting {key!r}")
     data = apply_overrides(data, list(overrides or []), model)
     try:
         return model.model_validate(data)
