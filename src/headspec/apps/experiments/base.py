@@ -15,6 +15,7 @@ or a local cluster) they run in parallel through the sweep's worker function.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import threading
 from collections.abc import Callable, Mapping
@@ -112,6 +113,13 @@ class Context:
             self.datadir.mkdir(parents=True, exist_ok=True)
         self.outcome = Outcome(exp_id, self.params.title or exp_id)
         self._stage = 0  # batches sent to the cluster so far (their priority there)
+
+    @functools.cached_property
+    def base(self) -> SimulateConfig:
+        """The recipe's base config at this scale as a validated simulation config (typed reads
+        such as ``ctx.base.task.D``; the defaults where the TOML is silent)."""
+        return load_config(SimulateConfig, base={k: v for k, v in self.config.items()
+                                                 if k != "theory"})  # fmt: skip
 
     def cfg(self, model, name: str, sets: Sets | None = None, extra: dict | None = None):
         """The resolved config of run ``name`` (kept for the report): the recipe's base config,

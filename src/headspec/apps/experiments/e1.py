@@ -41,7 +41,7 @@ class Params(RecipeParams):
 def _runs(ctx: Context) -> tuple[list[Run], dict]:
     """The simulation, and the settings of the ODE beside it (its horizon: up to the escapes)."""
     p = ctx.params
-    T_ode = ctx.config["train"]["T"] if p.ode_T is None else p.ode_T
+    T_ode = ctx.base.train.T if p.ode_T is None else p.ode_T
     return [Run("simulation", "simulate", {"seeds": p.seeds})], {"train.T": T_ode}
 
 

@@ -105,7 +105,7 @@ def _law_claims(ctx: Context, kind: str, pairs: dict) -> tuple[tuple, float]:
     reduction softmax → softmax-1 (simulation, its s.e., ODE) and the share of softmax's excess
     that softmax-1 removes."""
     p = ctx.params
-    D, lr, n = int(ctx.config["task"]["D"]), float(ctx.config["train"]["lr"]), p.excess_samples
+    D, lr, n = ctx.base.task.D, ctx.base.train.lr, p.excess_samples
     ex = {k: {"sim": final_excess(v[0], n), "ode": final_excess(v[1], n)} for k, v in pairs.items()}
     x = {a: ex[f"{kind}_{a}"] for a in p.activations}
     sl = {k: _end_slope(pairs[f"{kind}_softmax"][i]) for i, k in enumerate(("sim", "ode"))}
@@ -156,8 +156,8 @@ def _law_claims(ctx: Context, kind: str, pairs: dict) -> tuple[tuple, float]:
 
 def _panel(ax, ctx: Context, kind: str, pairs: dict) -> None:
     """One law's risks: every activation's simulation and ODE, the annealed run, R_B."""
-    p, cfg = ctx.params, ctx.config
-    D, lr, H = int(cfg["task"]["D"]), float(cfg["train"]["lr"]), int(cfg["model"]["H"])
+    p, cfg = ctx.params, ctx.base
+    D, lr, H = cfg.task.D, cfg.train.lr, cfg.model.H
     rb = rb_on_record_base(pairs[f"{kind}_softmax"][0])
     for j, a in enumerate(p.activations):
         overlay_risk(ax, *pairs[f"{kind}_{a}"][:2], f"C{j}", a)

@@ -62,7 +62,7 @@ def run(ctx: Context):
     simulation beside the ODE) vs R_B; ± directions of the trained heads."""
     p = ctx.params
     law = _constructed(ctx)
-    D, lr = int(ctx.config["task"]["D"]), float(ctx.config["train"]["lr"])
+    D, lr = ctx.base.task.D, ctx.base.train.lr
     sims, lr2_run = _runs(ctx)
     pairs = ctx.paired(sims)
     ode_lr2 = ctx.runs([lr2_run])["const_lr2_ode"]

@@ -68,9 +68,9 @@ def run(ctx: Context):
         sim, ode, dev = pairs[a]
         paths = {k: prune_paths(ds, p.n, p.random_orders) for k, ds in (("sim", sim), ("ode", ode))}
         rows += _prune_claim(ctx, a, sim, paths, scale)
-        _panel(axes[i], a, paths, scale, int(ctx.config["task"]["D"]))
+        _panel(axes[i], a, paths, scale, ctx.base.task.D)
         r = dev["risk"]
-        ode_beside(ctx, f"E5.{a}.ode_beside", f"{a}, D = {int(ctx.config['task']['D'])}",
+        ode_beside(ctx, f"E5.{a}.ode_beside", f"{a}, D = {ctx.base.task.D}",
                    r["max_dev"], f"at t = {r['t']:.3g}; of the seed-mean greedy pruning path "
                    f"{path_dev(paths):.1f} %")  # fmt: skip
     axes[0].set_ylabel("risk (D → ∞)")
@@ -84,7 +84,7 @@ def _prune_claim(ctx: Context, a: str, sim, paths: dict, sc: Scale) -> list[tupl
     """Activation ``a``'s pruning claim (keeps its risk / degrades sharply, simulation and ODE);
     returns its rows of the per-seed table."""
     p = ctx.params
-    H, J, d_atom, D = sc.H, sc.J, sc.d_atom, int(ctx.config["task"]["D"])
+    H, J, d_atom, D = sc.H, sc.J, sc.d_atom, ctx.base.task.D
     se_mc = mc_se(sim, p.n) / d_atom  # in units of ΔR_atom
     kept = max(1, H // 3) if a == "softmax" else J
     why = (f"keeps: seed-mean increase ≤ {p.keep_fraction:g} ΔR_atom + 3 s.e. (ΔR_atom = "

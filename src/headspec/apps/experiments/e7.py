@@ -154,7 +154,7 @@ def _runs(ctx: Context) -> tuple[list[Run], dict, dict]:
             extra = {"task": {"latent": isotropic_latent(F, p.a)}}
             batch.append(Run(name, "simulate", ov, extra))
             meta[name] = (F, H, act)
-    seed0 = int(ctx.config.get("seed", 0))
+    seed0 = ctx.base.seed
     ids = list(range(seed0, seed0 + n_ode))
     return batch, meta, {"theory.init.seeds": ids} if n_ode < S else {}
 
@@ -205,7 +205,7 @@ def run(ctx: Context):
 
 
 def _claims(ctx: Context, shapes: dict, meta: dict, p, S: int, horizon: dict):
-    D = ctx.config["task"]["D"]
+    D = ctx.base.task.D
     why_orth = (
         f"|cos| ≤ {p.orth} between the means of groups that are not the ± ends of one line, in "
         f"at least half of the seeds: the distinct arrangements it must tell apart differ by ≥ 1/3 "
@@ -266,7 +266,7 @@ def _claims(ctx: Context, shapes: dict, meta: dict, p, S: int, horizon: dict):
     agree, total, worst = 0, 0, 0.0
     for sh, so, _ in shapes.values():
         for sd, o in so.items():
-            x = sh[sd - int(ctx.config.get("seed", 0))]
+            x = sh[sd - ctx.base.seed]
             ok = rep.same_partition(x["labels"], o["labels"])
             d = float(np.nanmax(np.abs(x["cf"] - o["cf"])))
             agree += ok and d <= p.ode_cos

@@ -56,7 +56,7 @@ def run(ctx: Context):
     p = ctx.params
     if list(p.amplitudes) != sorted(set(p.amplitudes)):
         raise ValueError(f"E8 amplitudes must rise strictly, got {list(p.amplitudes)}")
-    L = int(ctx.config["task"]["L"])
+    L = ctx.base.task.L
     pairs = ctx.paired(_sims(p))
     # R[a][kind][act]: final risk (mean, se, per-sample seed-mean losses); R[a]["bayes"]: R_B
     R = {a: final_risks({(k, act): pairs[f"a{a:g}_{act}"][i] for i, k in enumerate(KINDS)
@@ -64,7 +64,7 @@ def run(ctx: Context):
          for a in p.amplitudes}  # fmt: skip
     _claims(ctx, R, floor(L))
     _splits(ctx, pairs, p.amplitudes)
-    ode_beside(ctx, "E8.ode_beside", f"D = {ctx.config['task']['D']}",
+    ode_beside(ctx, "E8.ode_beside", f"D = {ctx.base.task.D}",
                max(v[2]["risk"]["max_dev"] for v in pairs.values()),
                "per run: " + "; ".join(f"{k}: {100 * v[2]['risk']['max_dev']:.1f} %"
                                        for k, v in pairs.items())
@@ -126,7 +126,7 @@ def _claims(ctx: Context, R: dict, fl: float) -> None:
     """The floor, softmax-1 toward 0, its falling share of softmax's risk: each in simulation
     and ODE, each judged where it is closest to failing (the a or the step of a)."""
     a = list(R)
-    L = int(ctx.config["task"]["L"])
+    L = ctx.base.task.L
 
     def part(cid, k, value, se, tol):
         return Claim(f"{cid}.{k}", k, f"{tol[0]} ({k})", value, se, tol[1], unit="")
@@ -216,7 +216,7 @@ def _figure(ctx: Context, R: dict, fl: float) -> None:
     from matplotlib.figure import Figure
 
     a = np.array(list(R))
-    cfg = ctx.config
+    task, train = ctx.base.task, ctx.base.train
     fig = Figure(figsize=(6.4, 4.4), layout="constrained")
     ax = fig.subplots()
     for j, act in enumerate(ACTS):
@@ -230,8 +230,7 @@ def _figure(ctx: Context, R: dict, fl: float) -> None:
     ax.set_xlabel("signal amplitude a (θ = ±a)")
     ax.set_ylabel("final risk")
     ax.set_yscale("log")
-    task, train = cfg["task"], cfg["train"]
-    ax.set_title(f"flipped spike, H = {cfg['model']['H']}, D = {task['D']}, η = "
-                 f"{train['lr']:g}, T = {train['T']:g}", fontsize="medium")  # fmt: skip
+    ax.set_title(f"flipped spike, H = {ctx.base.model.H}, D = {task.D}, η = "
+                 f"{train.lr:g}, T = {train.T:g}", fontsize="medium")  # fmt: skip
     ax.legend(fontsize="x-small")
     ctx.figure(fig, "signal")

@@ -77,7 +77,7 @@ def _name(a: str, H: int) -> str:
 
 
 def _sims(ctx: Context) -> list[Run]:
-    p, T = ctx.params, float(ctx.config["train"]["T"])
+    p, T = ctx.params, ctx.base.train.T
     out = []
     for a in p.activations:
         for H in p.heads:
@@ -102,7 +102,7 @@ def run(ctx: Context):
     pairs = ctx.paired(_sims(ctx))
     first = pairs[_name(p.activations[0], p.heads[0])][0]
     scale = Scale(first, p.n)
-    D = int(ctx.config["task"]["D"])
+    D = ctx.base.task.D
     acts = list(p.activations)
     fig = Figure(figsize=(4.6 * len(acts), 7.6), layout="constrained")
     axes = np.asarray(fig.subplots(2, len(acts), squeeze=False))
@@ -149,7 +149,7 @@ def _claim(ctx: Context, a: str, H: int, sim, ode, paths: dict, sc: Scale) -> li
     from headspec.conventions.runs import law_of
 
     p = ctx.params
-    J, d_atom, D = sc.J, sc.d_atom, int(ctx.config["task"]["D"])
+    J, d_atom, D = sc.J, sc.d_atom, ctx.base.task.D
     se_mc = mc_se(sim, p.n) / d_atom  # in units of ΔR_atom
     why = (f"in units of ΔR_atom = {d_atom:.4f} (what the constructed Bayes-softmax loses with "
            f"one atom's head, {100 * d_atom / sc.c_path['risk'][0]:.0f} % of R_B); keeps: seed-"

@@ -40,7 +40,7 @@ def split_map(ctx: Context, p: Params) -> dict[str, list]:
 
 def map_runs(ctx: Context, p: Params) -> dict[tuple[str, float], Run]:
     """(law, a) → its "splitmap" run."""
-    lr = p.map_lr if p.map_lr is not None else float(ctx.config.get("train", {}).get("lr", 1.0))
+    lr = p.map_lr if p.map_lr is not None else ctx.base.train.lr
     return {(k, a): Run(f"map_{k}_a{a:g}", "splitmap", {**law_sets(k, a), "map.lr": lr,
                                                         "map.n": p.map_n})
             for k in p.map_laws for a in p.map_a}  # fmt: skip

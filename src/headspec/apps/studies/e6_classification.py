@@ -52,7 +52,7 @@ def runs(ctx: Context) -> list[Run]:
     out = []
     for act, law in _cases(p):
         common = {**law_sets(law, p.a), "model.activation": act}
-        lr = float(ctx.config["train"]["lr"])
+        lr = ctx.base.train.lr
         out.append(Run(f"map_{act}_{law}", "splitmap", {**common, "map.lr": lr,
                        "map.n": p.map_n, "map.excursions": True}))  # fmt: skip
         out.append(Run(f"sim_{act}_{law}", "simulate", {**common, "seeds": p.seeds,
