@@ -312,7 +312,7 @@ def test_estimate_risks_reports_each_chunk(monkeypatch):
     from headspec.core.latent import Spike
     from headspec.dynamics.bayes import estimate_risks
 
-    monkeypatch.setattr(bayes, "_projected_chunk", lambda *a: np.zeros((1, a[-1])))
+    monkeypatch.setattr(bayes, "_projected_chunk", lambda *a, chunk, **kw: np.zeros((1, chunk)))
     calls = []
     estimate_risks(jax.random.key(0), Spike([1.0]), 3, {"zero": Zero()}, n=50, chunk=20,
                    progress=lambda done, total: calls.append((done, total)))  # fmt: skip

@@ -55,14 +55,14 @@ from headspec.conventions.refusal import (
     FLOPS,
     MAX_SECONDS,
     SAFETY,
-    _fix,
-    _sizes,
     available_memory,
     check_memory,
     check_time,
     format_bytes,
     parse_bytes,
     refit,
+    size_text,
+    term_fix,
 )
 
 __all__ = ["FLOPS", "MAX_SECONDS", "SAFETY", "available_memory", "check_budget", "check_memory",
@@ -125,7 +125,7 @@ def _n(x) -> str:
 
 
 # ----------------------------------------------------------------------------- estimates
-def _law_sizes(latent) -> tuple[int, int]:
+def law_sizes(latent) -> tuple[int, int]:
     """(F, A): features, and the points of the expectation over θ (atoms; 1 if continuous)."""
     F = latent.F
     A = {"spike": 1, "flipped_spike": 2, "discrete": len(getattr(latent, "atoms", [0]))}
@@ -142,9 +142,9 @@ def _risk_terms(S: int | None, n: int, L: int, H: int, F: int, A: int, field_n: 
     per = (("seeds", S),) if seeds else ()
     return [
         Term(base, "base samples of the D → ∞ risk",
-             *_fix(_sizes((field_n, n), ("task.L", L)))),
+             *term_fix(size_text((field_n, n), ("task.L", L)))),
         Term(evaluate, "evaluating the D → ∞ risk" + (" of every seed at once" if seeds else ""),
-             *_fix(_sizes(*per, (field_n, n), ("task.latent.atoms", A), ("task.L", L)))),
+             *term_fix(size_text(*per, (field_n, n), ("task.latent.atoms", A), ("task.L", L)))),
     ]  # fmt: skip
 
 
@@ -170,7 +170,7 @@ def estimate_simulate(cfg: SimulateConfig) -> Estimate:
     from headspec.dynamics.engines import ENGINES
 
     S, D, L, H, B = cfg.seeds, cfg.task.D, cfg.task.L, cfg.model.H, cfg.train.batch
-    F, A = _law_sizes(cfg.task.latent)
+    F, A = law_sizes(cfg.task.latent)
     isz = 4 if cfg.train.dtype == "float32" else 8
     terms = _risk_terms(S, cfg.record.n_mc, L, H, F, A, "record.n_mc")
     terms.append(_record_term(S, cfg.record.points, H, F, A))
@@ -207,7 +207,7 @@ def estimate_simulate(cfg: SimulateConfig) -> Estimate:
             )
     elif cfg.train.engine == "diffusion":
         opts = cfg.diffusion
-        n = _sobol_n(opts.n) if opts.sampler == "sobol" else opts.n
+        n = sobol_n(opts.n) if opts.sampler == "sobol" else opts.n
         cyclic = diffusion_head_cyclic(cfg)
         terms += _drift_terms(S, n * H if cyclic else n, cyclic, L, H, F, A, "diffusion")
         d = H * F + H * (H + 1) // 2 + H  # increments ψ of (M, Q, b) and their covariance
@@ -241,7 +241,7 @@ def estimate_simulate(cfg: SimulateConfig) -> Estimate:
     return Estimate("simulate", terms, int(min(_steps(cfg), 2**63)), "SGD steps")
 
 
-def _sobol_n(n: int) -> int:
+def sobol_n(n: int) -> int:
     """Scrambled Sobol samples come in powers of 2: n rounded up."""
     return 2 ** max(1, math.ceil(math.log2(n)))
 
@@ -272,11 +272,11 @@ def _drift_terms(
     ]  # fmt: skip
 
 
-def _theory_samples(cfg: TheoryConfig) -> tuple[int, bool]:
+def theory_samples(cfg: TheoryConfig) -> tuple[int, bool]:
     """(drift base samples, head-cyclic) as :mod:`~headspec.conventions.build` makes them."""
     n = cfg.theory.n
     if cfg.theory.method != "mc":  # qmc and the exact method's η² term: scrambled Sobol
-        n = _sobol_n(n)
+        n = sobol_n(n)
     return n, theory_head_cyclic(cfg)
 
 
@@ -284,10 +284,10 @@ def estimate_theory(cfg: TheoryConfig) -> Estimate:
     """Memory of `headspec theory`: the drift's base samples (× H when head-cyclic) and their
     per-sample gradients for every seed, and the recorded risk."""
     L, H = cfg.task.L, cfg.model.H
-    F, A = _law_sizes(cfg.task.latent)
+    F, A = law_sizes(cfg.task.latent)
     init = cfg.theory.init
     S = max(cfg.seeds, len(getattr(init, "seeds", None) or []))
-    n, cyclic = _theory_samples(cfg)
+    n, cyclic = theory_samples(cfg)
     terms = _risk_terms(S, cfg.record.n_mc, L, H, F, A, "record.n_mc")
     terms.append(_record_term(S, cfg.record.points, H, F, A))
     terms += _drift_terms(S, n * H if cyclic else n, cyclic, L, H, F, A, "theory")
@@ -299,7 +299,7 @@ def estimate_bayes(cfg: BayesRunConfig) -> Estimate:
     least one sequence; finite: about 2·10⁷ numbers, at least one sequence of L·D) and every
     predictor's per-sample losses (kept for the paired standard errors)."""
     L, D, n = cfg.task.L, cfg.task.D, cfg.bayes.samples
-    F, A = _law_sizes(cfg.task.latent)
+    F, A = law_sizes(cfg.task.latent)
     chunk = 1
     discrete = cfg.task.latent.kind != "gaussian"
     heads = 1 + (A if discrete else 0)  # mean head, Bayes-softmax head per atom
@@ -316,7 +316,7 @@ def estimate_bayes(cfg: BayesRunConfig) -> Estimate:
     Ht = heads  # the heads of every predictor together: mean head and one per atom
     terms.append(  # the predictors' joint overlaps (Ht × Ht) and their eigen-factor, per chunk
         Term(Ht * Ht * F64 * 4, "the joint overlaps of the predictors' heads (one per atom)",
-             *_fix(_sizes(("task.latent.atoms", max(A, 1), 2))))
+             *term_fix(size_text(("task.latent.atoms", max(A, 1), 2))))
     )  # fmt: skip
     if cfg.bayes.route == "projected":
         chunk = max(1, 2_000_000 // (L * (F + heads + 1)))
@@ -354,7 +354,7 @@ def estimate_bayes(cfg: BayesRunConfig) -> Estimate:
         Term(
             seconds,
             "factorising and sampling the heads' overlaps for every chunk",
-            *_fix(_sizes(("task.latent.atoms", A, 2), ("bayes.samples", n), ("task.L", L))),
+            *term_fix(size_text(("task.latent.atoms", A, 2), ("bayes.samples", n), ("task.L", L))),
         )
     ]
     return Estimate("bayes", terms, n, "samples", time)  # fmt: skip
@@ -400,8 +400,8 @@ def estimate_jacobian(n: int, L: int, H: int, F: int, A: int, field: str = "--n"
 
 def estimate_splitmap(cfg: SplitMapConfig) -> Estimate:
     """Memory of one setting of the split map: its Jacobians (:func:`estimate_jacobian`)."""
-    F, A = _law_sizes(cfg.task.latent)
-    n = cfg.map.n if cfg.map.method == "mc" else _sobol_n(cfg.map.n)
+    F, A = law_sizes(cfg.task.latent)
+    n = cfg.map.n if cfg.map.method == "mc" else sobol_n(cfg.map.n)
     est = estimate_jacobian(n, cfg.task.L, cfg.model.H, F, A, "map.n")
     return Estimate("the split map", est.terms, est.work, est.work_what)
 

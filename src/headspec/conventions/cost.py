@@ -23,7 +23,7 @@ Example:
 
 from __future__ import annotations
 
-from headspec.conventions.budget import _law_sizes, _sobol_n, _theory_samples
+from headspec.conventions.budget import law_sizes, sobol_n, theory_samples
 
 __all__ = ["PER_UNIT", "prune_terms", "seconds", "terms"]
 
@@ -66,7 +66,7 @@ def _seeds(cfg) -> int:
 def terms(kind: str, cfg) -> dict[str, float]:
     """The work terms of a run of ``kind`` ("simulate", "theory", "splitmap") with config ``cfg``
     (each a count; multiply by :data:`PER_UNIT` for seconds)."""
-    F, A = _law_sizes(cfg.task.latent)
+    F, A = law_sizes(cfg.task.latent)
     L, H = cfg.task.L, cfg.model.H
     width = L * (H + F)  # one sequence's scores and features
     out = {"run": 1.0}
@@ -81,7 +81,7 @@ def terms(kind: str, cfg) -> dict[str, float]:
         B = cfg.train.batch
         if cfg.train.engine == "diffusion":
             opts = cfg.diffusion
-            n = _sobol_n(opts.n) if opts.sampler == "sobol" else opts.n
+            n = sobol_n(opts.n) if opts.sampler == "sobol" else opts.n
             steps = S * cfg.train.T / opts.dt
             out["diffusion"] = steps * n * A * width
             if opts.drift == "exact":  # the quadrature, per step and seed
@@ -98,7 +98,7 @@ def terms(kind: str, cfg) -> dict[str, float]:
         if cfg.theory.method == "exact":
             out["ode_exact"] = S * cfg.train.T * L * H * H
         else:
-            n, cyclic = _theory_samples(cfg)
+            n, cyclic = theory_samples(cfg)
             out["ode"] = S * cfg.train.T * (n * H if cyclic else n) * A * width
         return out
     raise ValueError(f"no cost model for a run of kind {kind!r}")
@@ -108,7 +108,7 @@ def prune_terms(cfg, n: int, paths: int) -> dict[str, float]:
     """The work of pruning every seed of a run with config ``cfg`` at its final time on ``n`` base
     samples along ``paths`` removal orders (:func:`headspec.dynamics.prune.prune_path`: H steps,
     each pricing all H removals on every atom's samples)."""
-    _, A = _law_sizes(cfg.task.latent)
+    _, A = law_sizes(cfg.task.latent)
     H, S = cfg.model.H, _seeds(cfg)
     return {"prune": S * paths * H * A * n * cfg.task.L * H}
 

@@ -317,14 +317,14 @@ def _resolve_output(lab: str, path, make_folders: bool) -> str:
         if not os.path.isdir(folder):
             raise PathError(f"{lab} {p!r}: {folder!r} is a file, not a folder; fix: give a "
                             "path whose folders are folders")  # fmt: skip
-    if not _can_create_in(folder):
+    if not can_create_in(folder):
         raise PathError(
             f"{lab} {p!r}: cannot write in the folder {folder!r}; fix: choose a writable folder"
         )
     return real
 
 
-def _can_create_in(folder: str) -> bool:
+def can_create_in(folder: str) -> bool:
     """Whether a file can really be created in ``folder`` (tried: permissions alone do not tell,
     e.g. for root in a read-only or virtual file system such as /proc)."""
     try:

@@ -35,7 +35,7 @@ USUAL = {"seeds": 8, "record.n_mc": 4096, "task.latent.atoms": 3, "task.L": 10, 
 _LOWEST = {"task.L": 2, "record.n_mc": 2, "theory.n": 2, "diffusion.n": 2, "map.n": 2}  # allowed
 
 
-def _sizes(*factors) -> tuple[str, tuple]:
+def size_text(*factors) -> tuple[str, tuple]:
     """('a × b = 1 × 2', factors) for factors (setting, value[, power]); the atoms of a law with
     one point (spike, Gaussian) and a first power are left out of the text."""
     fs = tuple((f[0], int(f[1]), f[2] if len(f) > 2 else 1) for f in factors)
@@ -45,7 +45,7 @@ def _sizes(*factors) -> tuple[str, tuple]:
     return f"{names} = {values}", fs
 
 
-def _fix(sized: tuple[str, tuple], alt: str = "") -> tuple[str, str, tuple]:
+def term_fix(sized: tuple[str, tuple], alt: str = "") -> tuple[str, str, tuple]:
     """(fields, fix, factors) of a Term: the fix lowers a factor above 1, or ``alt``."""
     fields, fs = sized
     lower = [k for k, v, _ in fs if v > 1 and k in USUAL]

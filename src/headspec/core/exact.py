@@ -120,7 +120,7 @@ class ExactRisk(NamedTuple):
 # ------------------------------------------------------------------ the kernels g_a(x) = e^{ax−e^x}
 
 
-def _hidden(M: Array, Q: Array, b: Array, law: LatentLaw):
+def hidden_laws(M: Array, Q: Array, b: Array, law: LatentLaw):
     """Hidden-token score laws: means (K, H), covariances (K, H, H), weights (K,), by-atom flag."""
     H = M.shape[0]
     if isinstance(law, Gaussian):
@@ -134,7 +134,7 @@ def _hidden(M: Array, Q: Array, b: Array, law: LatentLaw):
 
 
 # ----------------------------------------------------------------------- softmax and softmax-1
-def _per_head_risk(M, Q, b, law, L, quad, *, kappa, c, sizes=None, within=None):
+def per_head_risk(M, Q, b, law, L, quad, *, kappa, c, sizes=None, within=None):
     """R given each hidden-token law (K,) for per-head normalisers (softmax, softmax-1).
 
     ``sizes`` (static): the rows are G groups of identical heads, group g standing for
@@ -142,7 +142,7 @@ def _per_head_risk(M, Q, b, law, L, quad, *, kappa, c, sizes=None, within=None):
     of its own): R of Σ sizes heads from G(G + 1)/2 kinds of pairs (core.grouped)."""
     H = M.shape[0]
     n = np.ones(H) if sizes is None else np.asarray(sizes, np.float64)  # (G,) multiplicities
-    hm, hC, _, _ = _hidden(M, Q, b, law)  # (K, H), (K, H, H)
+    hm, hC, _, _ = hidden_laws(M, Q, b, law)  # (K, H), (K, H, H)
     K = hm.shape[0]
     qd = jnp.diagonal(Q)  # (H,)
     hv = jnp.diagonal(hC, axis1=1, axis2=2)  # (K, H)
@@ -318,7 +318,7 @@ def _bayes_risk(M, Q, b, law, L, quad, *, c, factor=None, n_z=0):
     etc. evaluated there directly — cost n_z^r · H per token law and w, whatever H (no
     derivatives: B is a concrete factor)."""
     H = M.shape[0]
-    hm, hC, _, _ = _hidden(M, Q, b, law)  # (K, H), (K, H, H)
+    hm, hC, _, _ = hidden_laws(M, Q, b, law)  # (K, H), (K, H, H)
     K = hm.shape[0]
     # w-grid from y ∈ [max_h s_h, max_h s_h + log H]
     sdq = jnp.sqrt(jnp.maximum(jnp.diagonal(Q), 0.0))  # (H,)
@@ -396,11 +396,11 @@ def _exact_risk(M, Q, b, model: Model, quad: Quadrature):
     if isinstance(activation, BayesSoftmax) and H > 1:
         per = _bayes_risk(M, Q, b, law, L, quad, c=c)
     elif isinstance(activation, BayesSoftmax):  # one head: a softmax head
-        per = _per_head_risk(M, Q, b, law, L, quad, kappa=0.0, c=c)
+        per = per_head_risk(M, Q, b, law, L, quad, kappa=0.0, c=c)
     else:
         kappa = activation.extra_logit
-        per = _per_head_risk(M, Q, b, law, L, quad, kappa=kappa, c=c)
-    _, _, weights, atoms = _hidden(M, Q, b, law)
+        per = per_head_risk(M, Q, b, law, L, quad, kappa=kappa, c=c)
+    _, _, weights, atoms = hidden_laws(M, Q, b, law)
     return weights @ per, per if atoms else jnp.zeros((0,), per.dtype)  # (), (J,)
 
 
@@ -495,5 +495,5 @@ def _low_rank_risk(M, Q, b, B, *, model: Model, quad: Quadrature, n_z: int):
     H = M.shape[0]
     c = model.activation.head_weight(H)
     per = _bayes_risk(M, Q, b, model.law, model.L, quad, c=c, factor=B, n_z=n_z)
-    _, _, weights, _ = _hidden(M, Q, b, model.law)
+    _, _, weights, _ = hidden_laws(M, Q, b, model.law)
     return weights @ per, per  # (), (J,)

@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from headspec.core.attention import Softmax, Softmax1
-from headspec.core.exact import _hidden, _per_head_risk
+from headspec.core.exact import hidden_laws, per_head_risk
 from headspec.core.model import Model
 from headspec.core.precision import float64
 from headspec.core.quadrature import Quadrature
@@ -81,10 +81,10 @@ def _grouped_risk(M, Q, within, b, *, model: Model, quad: Quadrature, sizes: tup
     H = sum(sizes)
     c = model.activation.head_weight(H)
     kappa = model.activation.extra_logit
-    per = _per_head_risk(
+    per = per_head_risk(
         M, Q, b, model.law, model.L, quad, kappa=kappa, c=c, sizes=sizes, within=within
     )  # (K,)  fmt: skip
-    return _hidden(M, Q, b, model.law)[2] @ per  # ()
+    return hidden_laws(M, Q, b, model.law)[2] @ per  # ()
 
 
 @float64

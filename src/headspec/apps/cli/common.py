@@ -69,9 +69,9 @@ def fail(message: str, code: int = 2):
 def _writable(folder: Path) -> bool:
     """Whether a file can really be created in ``folder`` (tried: permissions alone do not tell,
     e.g. for root in a read-only or virtual file system such as /proc)."""
-    from headspec.conventions.io import _can_create_in
+    from headspec.conventions.io import can_create_in
 
-    return _can_create_in(str(folder))
+    return can_create_in(str(folder))
 
 
 def check_paths(outputs, inputs=(), managed=(), make_folders: bool = False) -> None:
@@ -189,7 +189,7 @@ def load_result_seed(path: Path, seed: int | None, trained: bool = False):
     return ds, i
 
 
-def _overrides(
+def collect_overrides(
     set_: list[str] | None,
     pairs: Iterable[tuple[str, object]],
     strings: Iterable[tuple[str, str | None]] = (),

@@ -171,7 +171,7 @@ def _dry_run(scale: str, ids, out_dir: Path, workers: int | None, scheduler: str
     """The table of `reproduce --dry-run`: per experiment its runs, those already finished in
     ``out_dir/data`` (reused), and the estimated compute time of the rest."""
     from headspec.apps.experiments import RECIPES, RecipeError, check
-    from headspec.apps.experiments.base import _reusable
+    from headspec.apps.experiments.base import reusable_result
     from headspec.apps.experiments.plan import estimate
     from headspec.apps.sweep.cluster import available_cores
 
@@ -189,7 +189,7 @@ def _dry_run(scale: str, ids, out_dir: Path, workers: int | None, scheduler: str
         if runs is None:
             table.add_row(exp_id, "?", "", "?", "?", "(the recipe declares no plan of its runs)")
             continue
-        todo = [r for r in runs if _reusable(out_dir / "data" / f"{exp_id}_{r.name}.nc",
+        todo = [r for r in runs if reusable_result(out_dir / "data" / f"{exp_id}_{r.name}.nc",
                                              r.config) is None]  # fmt: skip
         cpu = sum(r.estimate for r in todo)
         prune = sum(r.analysis for r in runs)  # reused runs are pruned again

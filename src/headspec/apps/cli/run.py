@@ -24,9 +24,9 @@ from headspec.apps.cli.common import (
     ResultOutOpt,
     ScaleOpt,
     SetOpt,
-    _overrides,
     app,
     banner,
+    collect_overrides,
     counted,
     err,
     fail,
@@ -71,7 +71,7 @@ def bayes(
     the D → ∞ route, its risk without sampling (exact: closed forms and quadrature; "—" where
     there is none, e.g. a Gaussian law's R_B).
     """
-    overrides = _overrides(
+    overrides = collect_overrides(
         set_,
         [
             ("task.L", L),
@@ -195,7 +195,7 @@ def simulate(
     (M, Q, b) and the exact loss on a held-out batch (± standard errors), M, Q, b and cosine
     overlaps, per seed. Writes one netCDF file (schema in headspec.conventions.results).
     """
-    overrides = _overrides(
+    overrides = collect_overrides(
         set_,
         [("model.H", H), ("task.L", L), ("task.D", D), ("train.T", T), ("train.lr", lr),
          ("seeds", seeds), ("seed", seed), ("task.latent.scale", scale)],
@@ -356,7 +356,7 @@ def theory(
     """
     from headspec.conventions.config import TheoryConfig
 
-    overrides = _overrides(
+    overrides = collect_overrides(
         set_,
         [("model.H", H), ("task.L", L), ("task.D", D), ("train.T", T), ("train.lr", lr),
          ("theory.n", n), ("task.latent.scale", scale)],

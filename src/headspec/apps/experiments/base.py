@@ -147,7 +147,7 @@ class Context:
         self._check_stop()
         todo, done = [], {}
         for r, c in self.planned(batch):
-            ds = _reusable(self.path(r.name), c)
+            ds = reusable_result(self.path(r.name), c)
             if ds is not None:
                 done[r.name] = ds
                 self.outcome.reused += 1
@@ -293,7 +293,7 @@ def ode_beside(ctx: Context, cid: str, where: str, value: float, detail: str, la
                     value, unit="%", detail=detail))  # fmt: skip
 
 
-def _reusable(path: Path, cfg) -> Any:
+def reusable_result(path: Path, cfg) -> Any:
     """The dataset in ``path`` when it is a valid result of exactly this resolved config."""
     if not path.exists():
         return None

@@ -25,7 +25,7 @@ from typing import Any
 
 from headspec.apps.experiments.base import Context, Run
 from headspec.apps.experiments.registry import RECIPES
-from headspec.apps.experiments.runner import _recipe, load_spec
+from headspec.apps.experiments.runner import find_recipe, load_spec
 from headspec.conventions import cost
 
 __all__ = ["PricedRun", "estimate", "planned"]
@@ -51,7 +51,7 @@ def planned(exp_id: str, scale: str, folder: Path | None = None,
 
 
 def _planned(exp_id, scale, folder, outdir) -> tuple[Context, list[tuple[Run, Any]]]:
-    r = _recipe(exp_id)
+    r = find_recipe(exp_id)
     if r.plan is None:
         raise ValueError(f"recipe {exp_id} declares no plan of its runs")
     ctx = Context(exp_id, load_spec(exp_id, folder), scale, Path(outdir), params=r.params,
@@ -76,7 +76,7 @@ def estimate(ids=None, scale: str = "quick", folder: Path | None = None,
     ``outdir`` as in :func:`planned`), or None for a recipe that declares no plan."""
     out = {}
     for exp_id in ids or RECIPES:
-        if _recipe(exp_id).plan is None:
+        if find_recipe(exp_id).plan is None:
             out[exp_id] = None
             continue
         ctx, runs = _planned(exp_id, scale, folder, outdir)

@@ -37,7 +37,7 @@ def experiments_dir():
     return importlib.resources.files("headspec.apps.experiments") / "recipes"
 
 
-def _recipe(exp_id: str) -> Recipe:
+def find_recipe(exp_id: str) -> Recipe:
     # looked up at call time: replacing an entry of the registry (tests do) takes effect
     if exp_id in RECIPES:
         return RECIPES[exp_id]
@@ -49,7 +49,7 @@ def _recipe(exp_id: str) -> Recipe:
 
 def load_spec(exp_id: str, folder=None) -> dict:
     """The TOML of recipe (or study) ``exp_id`` (from ``folder``, default: the ones shipped)."""
-    r = _recipe(exp_id)
+    r = find_recipe(exp_id)
     if folder is None:  # the recipes' folder looked up at call time (tests replace it)
         ours = r.package == "headspec.apps.experiments"
         folder = experiments_dir() if ours else importlib.resources.files(r.package) / "recipes"
@@ -61,7 +61,7 @@ def check(ids, scale: str, folder=None) -> None:
     """Validate the parameters of recipes ``ids`` at ``scale``: a :class:`RecipeError` (file,
     table, field and the fix) for the first that cannot run."""
     for exp_id in ids:
-        r = _recipe(exp_id)
+        r = find_recipe(exp_id)
         try:
             spec = load_spec(exp_id, folder)
         except tomllib.TOMLDecodeError as e:
@@ -84,7 +84,7 @@ def run_experiment(
     ``client``, ``log``, ``stop``: see :class:`~headspec.apps.experiments.base.Context`."""
     t0 = time.perf_counter()
     try:
-        r = _recipe(exp_id)
+        r = find_recipe(exp_id)
         spec = load_spec(exp_id, folder)
         ctx = Context(exp_id, spec, scale, outdir, client=client, log=log, stop=stop,
                       params=r.params, file=r.file)  # fmt: skip

@@ -17,8 +17,8 @@ from headspec.apps.sweep.errors import SweepError
 from headspec.apps.sweep.manifest import (
     MANIFEST,
     MANIFEST_VERSION,
-    _file_status,
-    _sha256,
+    file_sha256,
+    file_status,
     folder_lock,
     is_sweep_manifest,
     read_manifest,
@@ -155,7 +155,7 @@ def prepare(sweep: Sweep, force: bool = False) -> tuple[dict, list[SweepTask]]:
                 keep = ("status", "sha256", "elapsed_s", "diverged_seeds")
                 entry.update({k: prev[k] for k in keep if k in prev})
             else:  # written before the driver could record it
-                entry.update(**_file_status(folder / t.file), sha256=_sha256(folder / t.file))
+                entry.update(**file_status(folder / t.file), sha256=file_sha256(folder / t.file))
         else:
             (folder / t.file).unlink(missing_ok=True)  # corrupt or truncated: recompute
             todo.append(t)
@@ -217,7 +217,7 @@ def _record(folder: Path, task: SweepTask, entry: dict, res: dict) -> None:
             entry["traceback"] = res["traceback"]
     else:
         entry.update(
-            sha256=_sha256(path),
+            sha256=file_sha256(path),
             elapsed_s=round(res["elapsed_s"], 3),
             diverged_seeds=res["diverged_seeds"],
         )

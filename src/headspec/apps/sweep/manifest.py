@@ -114,7 +114,7 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 
 
 # ----------------------------------------------------------------------------- point files
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -131,7 +131,7 @@ def task_is_intact(folder: Path, task: SweepTask, entry: dict | None) -> bool:
     if not path.is_file():
         return False
     if entry and entry.get("sha256") and entry.get("hash") == task.hash:
-        return _sha256(path) == entry["sha256"]
+        return file_sha256(path) == entry["sha256"]
     try:
         ds = results.load(path, kinds=results.TASK_KINDS)
         cfg = MODELS[_kind_of(ds)].model_validate(results.config_of(ds))
@@ -144,7 +144,7 @@ def _kind_of(ds) -> str:
     return {"simulation": "simulate", "splitmap": "splitmap"}.get(ds.attrs["kind"], "theory")
 
 
-def _file_status(path: Path) -> dict:
+def file_status(path: Path) -> dict:
     """The manifest fields read from a point file: ``status`` ("diverged" if some seed failed,
     else "done") and ``diverged_seeds``."""
     import xarray as xr

@@ -12,8 +12,8 @@ Vector = Annotated[list[float], Field(min_length=1)]
 LATENT_KINDS = ("spike", "flipped_spike", "discrete", "gaussian")
 SCHEDULE_KINDS = ("constant", "inverse_time")
 INIT_KINDS = ("perturbed", "symmetric", "given", "simulation")
-_KINDS = {"latent": LATENT_KINDS, "schedule": SCHEDULE_KINDS, "init": INIT_KINDS}
-_TAGS = frozenset(LATENT_KINDS + SCHEDULE_KINDS + INIT_KINDS)
+KINDS_BY_TABLE = {"latent": LATENT_KINDS, "schedule": SCHEDULE_KINDS, "init": INIT_KINDS}
+KIND_TAGS = frozenset(LATENT_KINDS + SCHEDULE_KINDS + INIT_KINDS)
 
 
 class ConfigError(ValueError):

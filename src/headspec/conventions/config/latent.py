@@ -36,7 +36,7 @@ def check_range(value: float, high: float, what: str, fix: str, low: float | Non
     return value
 
 
-def _largest(values) -> float:
+def largest_entry(values) -> float:
     """The largest |entry| of a (nested) list of numbers; 0 for None."""
     if values is None:
         return 0.0
@@ -45,7 +45,7 @@ def _largest(values) -> float:
 
 def _check_entries(values, name: str) -> None:
     """Every entry of θ's parameters (a, atoms, mean) within ±MAX_SIGNAL."""
-    m = _largest(values)
+    m = largest_entry(values)
     if m > MAX_SIGNAL:
         raise ValueError(
             f"{name} has an entry of size {m:g}, outside the plausible range |θ_f| ≤ "
@@ -118,7 +118,7 @@ class _VectorLaw(_LatentBase):
         return a
 
     def _sizes(self):
-        return _largest(self.a), 0.0
+        return largest_entry(self.a), 0.0
 
     @property
     def F(self):
@@ -172,7 +172,7 @@ class DiscreteConfig(_LatentBase):
         return atoms
 
     def _sizes(self):
-        return _largest(self.atoms), 0.0
+        return largest_entry(self.atoms), 0.0
 
     @field_validator("probs")
     @classmethod
@@ -225,14 +225,14 @@ class GaussianConfig(_LatentBase):
         return mean
 
     def _sizes(self):
-        return _largest(self.mean), max(_largest(self.var), _largest(self.cov))
+        return largest_entry(self.mean), max(largest_entry(self.var), largest_entry(self.cov))
 
     @field_validator("var")
     @classmethod
     def _var_shape(cls, var, info: ValidationInfo):
-        if var is not None and _largest(var) > MAX_VARIANCE:
+        if var is not None and largest_entry(var) > MAX_VARIANCE:
             raise ValueError(
-                f"var has an entry {_largest(var):g}, outside the plausible range 0 … "
+                f"var has an entry {largest_entry(var):g}, outside the plausible range 0 … "
                 f"{MAX_VARIANCE:g}; fix: give variances of moderate size"
             )
         mean = info.data.get("mean")
@@ -257,9 +257,9 @@ class GaussianConfig(_LatentBase):
                 f"fix: give a {F}×{F} matrix"
             )
         C = np.asarray(cov, dtype=np.float64)
-        if _largest(C) > MAX_VARIANCE:
+        if largest_entry(C) > MAX_VARIANCE:
             raise ValueError(
-                f"cov has an entry of size {_largest(C):g}, outside the plausible range "
+                f"cov has an entry of size {largest_entry(C):g}, outside the plausible range "
                 f"|Σ_ij| ≤ {MAX_VARIANCE:g}; fix: give a covariance of moderate size"
             )
         tol = 1e-9 * max(1.0, float(np.abs(C).max()))
@@ -293,5 +293,5 @@ LatentConfig = Annotated[
 ]
 
 
-def _default_latent() -> DiscreteConfig:
+def default_latent() -> DiscreteConfig:
     return DiscreteConfig(atoms=[[2.0, 0.0], [0.0, 2.0]], probs=[0.6, 0.4])

@@ -23,7 +23,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from headspec.conventions.config.base import _KINDS, _TAGS, LATENT_KINDS, ConfigError
+from headspec.conventions.config.base import KIND_TAGS, KINDS_BY_TABLE, LATENT_KINDS, ConfigError
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -54,13 +54,13 @@ def _allowed_keys(model: type[BaseModel] | None, loc: tuple) -> list[str]:
     for p in loc[:-1]:
         if model is None or not isinstance(p, str):
             return []
-        if p in _TAGS:
+        if p in KIND_TAGS:
             continue
         field = model.model_fields.get(p)
         if field is None:
             return []
         candidates = models_in(field.annotation)
-        kind = next((q for q in loc if q in _TAGS), None)
+        kind = next((q for q in loc if q in KIND_TAGS), None)
         model = next(
             (
                 m
@@ -114,14 +114,14 @@ def format_validation_error(err: ValidationError, model: type[BaseModel] | None 
     """One line per problem: ``field.path: message; fix: …``."""
     lines = []
     for e in _merge_unions(err.errors(include_url=False)):
-        loc = [str(p) for p in e["loc"] if str(p) not in _TAGS]
+        loc = [str(p) for p in e["loc"] if str(p) not in KIND_TAGS]
         where = ".".join(loc) or "(config)"
         msg = e["msg"].removeprefix("Value error, ")
         typ = e["type"]
         ctx = e.get("ctx") or {}
         hint = _HINTS.get(typ, ctx.get("fix", ""))
         if typ in ("union_tag_invalid", "union_tag_not_found"):
-            kinds = ", ".join(_KINDS.get(loc[-1] if loc else "", LATENT_KINDS))
+            kinds = ", ".join(KINDS_BY_TABLE.get(loc[-1] if loc else "", LATENT_KINDS))
             verb = "set kind to" if typ == "union_tag_invalid" else "add kind ="
             hint = f"fix: {verb} one of {kinds}"
         elif typ in ("model_type", "model_attributes_type", "dict_type"):

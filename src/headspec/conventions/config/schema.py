@@ -23,8 +23,8 @@ from headspec.conventions.config.domain import (
 from headspec.conventions.config.latent import (
     MAX_SIGNAL,
     LatentConfig,
-    _default_latent,
     check_range,
+    default_latent,
 )
 from headspec.conventions.config.starts import (
     GivenStart,
@@ -45,7 +45,7 @@ class TaskConfig(StrictModel):
     frame: Literal["random", "canonical"] = Field(
         "random", description="feature frame K*: random orthogonal or the first F axes"
     )
-    latent: LatentConfig = Field(default_factory=_default_latent)
+    latent: LatentConfig = Field(default_factory=default_latent)
 
     @model_validator(mode="after")
     def _check(self):

@@ -9,7 +9,7 @@ import numpy as np
 from pydantic import Field, Strict, field_validator
 
 from headspec.conventions.config.base import StrictModel, Vector
-from headspec.conventions.config.latent import MAX_SIGNAL, MAX_VARIANCE, _largest
+from headspec.conventions.config.latent import MAX_SIGNAL, MAX_VARIANCE, largest_entry
 
 
 class RandomStart(StrictModel):
@@ -54,7 +54,7 @@ class GivenInit(StrictModel):
     @field_validator("M", "b")
     @classmethod
     def _overlap_range(cls, v, info):
-        m = _largest(v)
+        m = largest_entry(v)
         if m > MAX_SIGNAL:
             raise ValueError(
                 f"an entry of size {m:g} is outside the plausible range ±{MAX_SIGNAL:g}; fix: "
@@ -65,7 +65,7 @@ class GivenInit(StrictModel):
     @field_validator("Q")
     @classmethod
     def _gram_range(cls, Q):
-        m = _largest(Q)
+        m = largest_entry(Q)
         if m > MAX_VARIANCE:
             raise ValueError(
                 f"an entry of size {m:g} is outside the plausible range ±{MAX_VARIANCE:g} (Q_hh = "
