@@ -17,7 +17,7 @@ from helpers import assert_reasoned, claims_by_id
 
 @pytest.fixture(scope="module")
 def outcomes(smoke_report):
-    """E1 and E2 of the session's smoke reproduction (tests/conftest.py)."""
+    """E1 and E2 of the session's smoke reproduction (tests/smoke_plugin.py)."""
     return smoke_report[1]
 
 

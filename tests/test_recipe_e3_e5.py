@@ -37,7 +37,7 @@ EXPECTED = {
 
 @pytest.fixture(scope="module")
 def smoke(smoke_report):
-    """exp → (report folder, outcome) of the session's smoke reproduction (tests/conftest.py)."""
+    """exp → (report folder, outcome) of the smoke reproduction (tests/smoke_plugin.py)."""
     folder, outcomes = smoke_report
     return {exp: (folder, outcomes[exp]) for exp in ("E3", "E4", "E5")}
 

@@ -95,7 +95,7 @@ def test_prepared_state_is_the_asked_split():
 
 @pytest.fixture(scope="module")
 def smoke(smoke_report):
-    """E6 of the session's smoke reproduction (tests/conftest.py)."""
+    """E6 of the session's smoke reproduction (tests/smoke_plugin.py)."""
     return smoke_report[1]["E6"]
 
 

@@ -135,7 +135,7 @@ def test_isotropic_latent_and_shape_verdicts():
 # ------------------------------------------------------------------- recipe end to end
 @pytest.fixture(scope="module")
 def smoke(smoke_report):
-    """E7 of the session's smoke reproduction (tests/conftest.py)."""
+    """E7 of the session's smoke reproduction (tests/smoke_plugin.py)."""
     return smoke_report[1]["E7"]
 
 

@@ -59,7 +59,7 @@ def test_registered():
 
 @pytest.fixture(scope="module")
 def smoke(smoke_report):
-    """E8 of the session's smoke reproduction (tests/conftest.py)."""
+    """E8 of the session's smoke reproduction (tests/smoke_plugin.py)."""
     return smoke_report[1]["E8"]
 
 

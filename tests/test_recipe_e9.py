@@ -87,7 +87,7 @@ def test_census_names_splits_and_counts_redundant_heads():
 
 def test_registered_and_smoke_runs_end_to_end(smoke_report):
     """Registered with its TOML and parameters; at the smoke scale of the session's reproduction
-    (tests/conftest.py) every claim, figure, table row and config is there."""
+    (tests/smoke_plugin.py) every claim, figure, table row and config is there."""
     r, smoke = RECIPES["E9"], smoke_report[1]["E9"]
     assert r.file == "e9_redundancy.toml" and r.params is e9.Params and r.run is e9.run
     assert smoke.error is None, smoke.error
