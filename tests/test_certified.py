@@ -97,6 +97,7 @@ def test_the_error_bound_covers_the_true_error(name, H, F, log_scale, seed):
     )
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 def test_certified_risk_of_the_issue_example_and_its_bound():
     """exact_risk(certify=True): the bound is ~2× the error against the 3× rule, far below the
     old stated accuracy (1e-8) at a plateau-like state."""
@@ -141,6 +142,7 @@ def test_coverage_over_random_states_and_against_sobol():
     assert worst <= 3.0, f"the bound understated an error {worst:.2f}×"
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 def test_the_odes_path_bound_covers_the_path_on_the_refined_rule():
     """integrate(certify=True) with the exact drift records the vector field's bound between its
     solves;

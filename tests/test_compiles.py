@@ -43,6 +43,7 @@ def test_another_d_or_eta_compiles_nothing_new_in_the_reduced_engine():
     assert first > 0 and again == 0, (first, again)
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 def test_another_eta_compiles_nothing_new_in_the_ode():
     """The ODE's programs take η, η_b and the schedule's parameters as data: a second solve with
     other values compiles nothing, for the exact and the sampled methods."""

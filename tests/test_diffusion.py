@@ -87,6 +87,7 @@ def _moments(key, n, D, exact, L=10, lr=3.0, gram_key=None):
     return increment_moments(_state(), problem, gram=gram)
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 @pytest.mark.parametrize(("D", "gain_M", "gain_Q"), [(100, 3, 3), (10_000, 50, 5)])
 def test_exact_mean_is_the_sampled_mean_without_its_error(D, gain_M, gain_Q):
     """The exact mean (exact D → ∞ drift + the finite-D correction with its control variate) and
@@ -171,6 +172,7 @@ def _moments_mc(n, D, L=10, lr=3.0):
     )
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 def test_exact_mean_control_variate_has_mean_zero():
     """The first-order Gram term J·(G − G₀) is a control of mean 0 that takes the Wishart draws'
     effect out of the correction: at D = 10⁴, two independent Gram draws on the same base samples
@@ -404,6 +406,7 @@ def test_law_against_the_reduced_engine_small(fresh):
     assert np.all(sd > 3 * 0.1 / np.sqrt(1000)), sd
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 def test_cli_simulate_with_the_diffusion_engine(tmp_path):
     """`headspec simulate --engine diffusion` at D = 10⁹: a result of the shared schema that
     records the engine's base samples, loads back, and whose seeds have separated by O(1/√D)."""

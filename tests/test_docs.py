@@ -337,6 +337,7 @@ def test_bayes_examples_print_what_the_docs_show():
     assert "Traceback" not in res.output
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 def test_first_steps_run_as_written(tmp_path, monkeypatch):
     """Every command of "First steps on the command line" (Getting started, and the same block in
     the README), run as written (from a copy of the repository's experiments/), exits 0 and
@@ -407,6 +408,7 @@ def test_tutorial_is_a_jupytext_notebook():
         compile(cell, f"docs/tutorial.md, cell {i}", "exec")
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 def test_tutorial_runs(tmp_path, monkeypatch):
     """The tutorial's code cells, run in order in one namespace in a fresh folder: bayes →
     simulate → theory → compare → prune, every figure written, and those the page embeds only."""

@@ -205,6 +205,7 @@ def test_reported_se_matches_the_spread_over_seeds(kind, controls):
         assert np.sqrt(np.mean(spread**2) / np.mean(np.mean(naive, axis=0)[iu] ** 2)) < 0.5
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 def test_the_error_bar_stays_honest_with_many_controls_per_sample():
     """With H = 6 heads the gradient control alone is 56 controls; at n = 128 score points (16
     per replicate) the in-sample regression fits the replicates' own noise, and the replicates'
@@ -233,6 +234,7 @@ def test_the_error_bar_stays_honest_with_many_controls_per_sample():
 
 
 # ------------------------------------------------- (e) the exact drift's η² term (problem.Exact)
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 def test_the_exact_drift_takes_its_eta2_term_from_the_estimator():
     """problem.Exact with ``scores``: dM and the η-linear dQ as without them, the η² term the
     estimator's (∇R passed on); it agrees with the ``base`` route (plain Sobol over the law)
@@ -255,6 +257,7 @@ def test_the_exact_drift_takes_its_eta2_term_from_the_estimator():
     assert float(np.max(via_scores.dQ_se)) < float(np.max(via_base.dQ_se)) / 5
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 def test_heads_alike_stay_alike_under_the_cyclic_exact_vector_field():
     """Heads alike in distribution (same M rows, exchangeable Q = c11ᵀ + εI): with ``cyclic``
     the estimate is averaged over the heads' relabellings, so the ODE's field moves every head

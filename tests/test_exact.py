@@ -327,6 +327,7 @@ def test_states_share_one_compiled_program():
     assert ex._exact_risk._cached._cache_size() - before <= 1
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 def test_vmap_over_states_keeps_each_state_on_its_own_branch():
     """vmap over states (seeds) gives the looped values, risk and gradient, and the quadrature's
     branch on each token's score spread stays a lax.cond: a select would evaluate both branches

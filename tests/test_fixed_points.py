@@ -65,6 +65,7 @@ def test_one_softmax_head_finds_its_optimum():
     assert abs(float(fp.state.Q[0, 0] - fp.state.M[0, 0] ** 2)) < 0.05  # no orthogonal part
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 def test_constructed_bayes_softmax_optimum_is_found_again():
     """From the constructed Bayes-softmax optimum of two atoms, moved by 0.3 in M and Q, least
     squares returns to a fixed point of gradient flow with the optimum's keys and its risk R_B

@@ -79,6 +79,7 @@ def test_grouped_risk_and_gradient_equal_the_full_ones(sizes, act, law):
         _close(full, want, SPREAD)
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 def test_second_derivatives_along_the_reduced_coordinates():
     """jacfwd of the grouped gradient = jacfwd of the full gradient at expand(x) (chain rule),
     symmetrised as above."""
@@ -107,6 +108,7 @@ def test_bayes_softmax_is_refused():
         grouped_risk_and_gradient(*_state(2, seed=0), (2, 2), model)
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 def test_a_third_derivative_of_the_pair_terms_raises_instead_of_giving_zero():
     """The second derivatives loop over pairs; differentiating them once more would silently
     give 0 (a custom JVP inside lax.map, JAX 0.10: 0.0 against 0.0028 by finite differences of

@@ -100,6 +100,7 @@ def test_simulate_and_theory_take_scale_and_list_the_law_kinds(tmp_path):
         assert all(k in helptext for k in ("spike", "flipped_spike", "discrete", "gaussian"))
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 def test_counts_are_singular_for_one(tmp_path):
     """Item 13: "1 seed", not "1 seeds"; theory's summary has no always-empty held-out column."""
     res = runner.invoke(app, ["theory", "--D", "50", "--L", "4", "--H", "2", "--T", "0.3",

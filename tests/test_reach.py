@@ -48,6 +48,7 @@ def test_reach_follows_the_grid_spacing():
     assert method.refined().reach_of(Softmax1()) == method.reach_of(Softmax1())
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 @pytest.mark.parametrize("activation", [Softmax(), Softmax1(), BayesSoftmax()], ids=str)
 def test_just_inside_its_reach_the_default_rule_keeps_its_accuracy(activation):
     """At Q_hh = 0.95 × the activation's reach (random M, b and key overlaps, the seed fixed) the
@@ -77,6 +78,7 @@ def _value_and_gradient(model, quad, at):
     return np.concatenate([np.ravel(x) for x in (v, *g)])
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 def test_beyond_its_reach_the_exact_drift_is_the_sampled_one_and_right():
     """At FAR the default method gives the sampled drift on its base samples (same numbers, with
     standard errors), and that drift agrees with an independent 2¹⁶-point qmc reference within
@@ -92,6 +94,7 @@ def test_beyond_its_reach_the_exact_drift_is_the_sampled_one_and_right():
     assert np.all(np.abs(np.asarray(exact.dQ) - np.asarray(ref.dQ)) <= 4 * se + 1e-12)
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 def test_within_its_reach_the_exact_drift_is_exact():
     base = BaseSamples.sobol(0, LAW, 10, 2, 1024)
     d = DriftProblem(Model(Softmax(), LAW, L=10), lr=1.0, method=Exact(base), eta2=False).drift(

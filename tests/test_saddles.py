@@ -98,6 +98,7 @@ SMALL = ["--set", "model.H=2", "--set", "theory.n=256", "--set", "record.points=
          "--set", "record.n_mc=256", "--set", "train.T=100", "--n", "256"]  # fmt: skip
 
 
+@pytest.mark.slow  # test tier: ≥ 20 s of the README tier's cold CI run (docs/tests.md)
 def test_cli_saddles_from_config_writes_table_files_and_figure(tmp_path):
     """E1's config with two heads at D = 10⁴ (the exact ODE from the perturbed start stays near
     the common phase until t ≈ 45; at D = 100 it leaves before a slow stretch forms): one slow
