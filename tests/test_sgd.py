@@ -62,6 +62,13 @@ def _engine_and_state(cfg: SimulateConfig, keys, dtype) -> tuple[FullEngine, SGD
     return engine, engine.init(keys, cfg.model.sigma0, b0, dtype)
 
 
+def _three_softmax1_seeds() -> tuple[FullEngine, SGDState, dict]:
+    """The full engine of a softmax-1 model, 3 seeds' initial state (float64) and their keys."""
+    keys = seed_keys(np.arange(3))
+    engine, state = _engine_and_state(make_cfg('model.activation="softmax1"'), keys, jnp.float64)
+    return engine, state, keys
+
+
 # ----------------------------------------------------------------------------- 1. gradients
 @pytest.mark.parametrize("agg", ["mean", "sum"])
 @pytest.mark.parametrize("name", NAMES)
@@ -224,9 +231,7 @@ def test_reference_is_sensitive_to_the_schedule_and_bias_rate():
 
 # ----------------------------------------------------------------------------- 3. chunking
 def test_chunking_does_not_change_the_trajectory():
-    cfg = make_cfg('model.activation="softmax1"')
-    keys = seed_keys(np.arange(3))
-    engine, state = _engine_and_state(cfg, keys, jnp.float64)
+    engine, state, keys = _three_softmax1_seeds()
     one = engine.advance(state, keys["train"], jnp.int64(0), jnp.int64(30))
     a = engine.advance(state, keys["train"], jnp.int64(0), jnp.int64(10))
     two = engine.advance(a, keys["train"], jnp.int64(10), jnp.int64(20))
@@ -354,9 +359,7 @@ def test_divergence_mid_run_names_step_and_time():
 
 
 def test_one_diverged_seed_leaves_the_others_untouched():
-    cfg = make_cfg('model.activation="softmax1"')
-    keys = seed_keys(np.arange(3))
-    engine, state = _engine_and_state(cfg, keys, jnp.float64)
+    engine, state, keys = _three_softmax1_seeds()
     mid = engine.advance(state, keys["train"], jnp.int64(0), jnp.int64(10))
     ref = engine.advance(mid, keys["train"], jnp.int64(10), jnp.int64(20))
     bad_K = mid.keys.at[1].multiply(jnp.inf)  # seed 1: infinite keys → NaN scores and loss
