@@ -14,6 +14,8 @@ helpers shared with E3 are in ``annealed``).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from pydantic import Field
 
@@ -47,8 +49,10 @@ def _runs(ctx: Context) -> tuple[list[Run], Run]:
     contrast η (from the same initial states)."""
     p = ctx.params
     const = Run("const", "simulate", {"seeds": p.seeds})
-    c2 = ctx.theory_of(const, {"train.lr": p.contrast_lr})
-    return [const, anneal_run("anneal", p)], Run("const_lr2_ode", "theory", c2.sets, c2.extra)
+    c2 = dataclasses.replace(
+        ctx.theory_of(const, {"train.lr": p.contrast_lr}), name="const_lr2_ode"
+    )
+    return [const, anneal_run("anneal", p)], c2
 
 
 def plan(ctx: Context) -> list[Run]:
