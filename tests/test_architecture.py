@@ -111,3 +111,36 @@ def test_recipes_and_studies_stay_short():
         assert node.end_lineno - node.lineno + 1 <= 80, (path.name, node.name)
     for path in [*(SRC / "apps/studies").glob("*.py"), *(ROOT / "studies").glob("*.py")]:
         assert len(path.read_text().splitlines()) <= 300, path.name
+
+
+def _strings_outside_docstrings(tree: ast.AST):
+    docs = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            if isinstance(body[0].value, ast.Constant):
+                docs.add(id(body[0].value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            yield node
+
+
+def test_below_apps_no_message_names_a_command_line_option():
+    """core, dynamics and conventions know configs, not the CLI: their messages name settings
+    (task.D, prune.n) and the CLI shows its own options beside them (apps.cli.common.with_flags).
+    A string such as "(--D)" below apps would be wrong for the Python API and for a command
+    without that option."""
+    import re
+
+    flag = re.compile(r"(?<![\w-])--?[A-Za-z][\w-]*")
+    found = []
+    for layer in ("core", "dynamics", "conventions"):
+        for path in sorted((SRC / layer).rglob("*.py")):
+            for node in _strings_outside_docstrings(ast.parse(path.read_text())):
+                if " " not in node.value:  # one word: an argument of a program (git --short)
+                    continue
+                hits = [h for h in flag.findall(node.value) if h not in ("-1", "-0")]
+                hits = [h for h in hits if not h[1:2].isdigit()]
+                if any(h.startswith("--") or re.fullmatch(r"-[A-Za-z]", h) for h in hits):
+                    found.append(f"{path.relative_to(SRC)}:{node.lineno}: {node.value!r}")
+    assert not found, "\n".join(found)

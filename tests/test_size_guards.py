@@ -52,7 +52,7 @@ CASES = {
     ),
     "simulate-full-D-1e9": (
         ["simulate", "--D", "1000000000", "--seeds", "1"],
-        ("task.D", "memory", "--engine reduced"),
+        ("task.D", "memory", "train.engine (--engine) = reduced"),
     ),
     "simulate-test-set": (
         ["simulate", "--D", "100000", "--set", "record.n_test=100000000"],
@@ -69,7 +69,7 @@ CASES = {
     "bayes-L-1e9": (["bayes", "--L", "1000000000"], ("task.L", "memory")),
     "bayes-finite-D-1e9": (
         ["bayes", "--route", "finite", "--D", "1000000000"],
-        ("task.D", "memory", "--route projected"),
+        ("task.D (--D)", "memory", "bayes.route (--route) = projected"),
     ),
     "bayes-samples-1e10": (["bayes", "-n", "10000000000"], ("bayes.samples", "memory")),
     "prune-n-1e11": (["prune", "{sim}", "--n", "100000000000"], ("--n", "memory")),
@@ -395,3 +395,20 @@ def test_divergence_names_an_unusual_setting_before_the_learning_rate():
     plain = divergence_message(_diverged(_sim()), 0)
     assert "likely cause" not in plain and "learning rate (train.lr = 2.0)" in plain
     assert "step 7 (t = 0.35)" in plain
+
+
+def test_refusals_name_the_running_commands_own_options():
+    """headspec.conventions names settings by their config keys (it knows no CLI); the CLI adds
+    the option that sets each one, only where the command has that option."""
+    from headspec.apps.cli.common import with_flags
+
+    text = "a smaller task.D or task.L, or the projected route: bayes.route = projected"
+    assert with_flags(text, "bayes") == (
+        "a smaller task.D (--D) or task.L (--L), or the projected route: bayes.route (--route) "
+        "= projected"
+    )
+    assert with_flags("fewer prune.random_orders; prune.n = 3", "prune") == (
+        "fewer --random-orders; --n = 3"
+    )
+    assert with_flags(text, "sweep") == text  # no such options there
+    assert with_flags("task.D (--D) and task.Dx", "simulate") == "task.D (--D) and task.Dx"

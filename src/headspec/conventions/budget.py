@@ -175,7 +175,7 @@ def estimate_simulate(cfg: SimulateConfig) -> Estimate:
     terms = _risk_terms(S, cfg.record.n_mc, L, H, F, A, "record.n_mc")
     terms.append(_record_term(S, cfg.record.points, H, F, A))
     if cfg.train.engine == "full":
-        fix_D = "a smaller task.D, or the reduced or diffusion engine (--engine reduced|diffusion)"
+        fix_D = "a smaller task.D, or another engine: train.engine = reduced or diffusion"
         terms += [
             Term(
                 S * D * (H + F) * (isz + F64),
@@ -310,7 +310,7 @@ def estimate_bayes(cfg: BayesRunConfig) -> Estimate:
             P * n * F64 * 2,
             "every predictor's per-sample losses",
             f"bayes.samples = {_n(n)}",
-            "a smaller bayes.samples (--samples)",
+            "a smaller bayes.samples",
         )
     ]
     Ht = heads  # the heads of every predictor together: mean head and one per atom
@@ -325,7 +325,7 @@ def estimate_bayes(cfg: BayesRunConfig) -> Estimate:
                 chunk * per_seq * F64 * C_BAYES,
                 "one chunk of projected sequences",
                 f"task.L = {_n(L)}",
-                "a smaller task.L (--L)",
+                "a smaller task.L",
                 (("task.L", L, 1),),
             )
         )
@@ -336,13 +336,13 @@ def estimate_bayes(cfg: BayesRunConfig) -> Estimate:
                 chunk * L * D * F64 * C_BAYES,
                 "one chunk of D-dimensional sequences",
                 f"task.L × task.D = {_n(L)} × {_n(D)}",
-                "a smaller task.D (--D) or task.L, or the projected route (--route projected)",
+                "a smaller task.D or task.L, or the projected route: bayes.route = projected",
             ),
             Term(
                 D * (F + heads) * F64 * 3,
                 "the feature frame and the predictors' keys",
                 f"task.D = {_n(D)}",
-                "a smaller task.D (--D), or the projected route (--route projected)",
+                "a smaller task.D, or the projected route: bayes.route = projected",
             ),
         ]
     chunks = -(-n // chunk)  # each draws λ = ν Mᵀ + ξ Sᵀ and factorises Q − MMᵀ afresh
@@ -361,22 +361,22 @@ def estimate_bayes(cfg: BayesRunConfig) -> Estimate:
 
 
 def estimate_prune(n: int, L: int, H: int, F: int, A: int, random_orders: int = 0) -> Estimate:
-    """Memory of `headspec prune --n N`: the risk's base samples and their evaluation, and the
-    removal paths of the random orders (each a few lists of H numbers)."""
-    terms = _risk_terms(None, n, L, H, F, A, "--n")
+    """Memory of pruning: the risk's ``n`` base samples (``prune.n``) and their evaluation, and
+    the paths of ``random_orders`` random removal orders (each a few lists of H numbers)."""
+    terms = _risk_terms(None, n, L, H, F, A, "prune.n")
     terms.append(
         Term(
             random_orders * (H + 1) * 200,
             "the removal paths of the random orders",
-            f"--random-orders = {_n(random_orders)}",
-            "fewer --random-orders",
+            f"prune.random_orders = {_n(random_orders)}",
+            "fewer prune.random_orders",
         )
     )
     return Estimate("prune", terms, n * (1 + random_orders) * H * H, "risk samples")
 
 
-def estimate_jacobian(n: int, L: int, H: int, F: int, A: int, field: str = "--n") -> Estimate:
-    """Memory of a Jacobian of the drift on ``n`` samples (saddles, the split map): every
+def estimate_jacobian(n: int, L: int, H: int, F: int, A: int, field: str = "saddles.n") -> Estimate:
+    """Memory of a Jacobian of the drift on ``n`` samples (saddles, the split map: ``field``): every
     sample's P × P Jacobian (P = HF + H² + H; per atom, twice while joined) and one chunk of
     :func:`~headspec.dynamics.jacobian.drift_jacobian` (≤ ~1 GiB). Measured 2026-12-06 (E1,
     L = 10, n = 2048): peak 2.44 GB at H = 8 (this: 1.3 GB + ~1.3 GB of process), 11.0 GB at

@@ -54,8 +54,7 @@ def write_error(path, e: BaseException | None = None, why: str | None = None) ->
         plain = getattr(e, "strerror", None) or text or type(e).__name__
         why = WRITE_CAUSES.get(code) or plain.splitlines()[0]
     return WriteError(
-        f"could not write {str(path)!r}: {why}; fix: free space on that disk or write elsewhere "
-        "(-o/--out)"
+        f"could not write {str(path)!r}: {why}; fix: free space on that disk or write elsewhere"
     )
 
 

@@ -260,7 +260,7 @@ def _resolve_output(lab: str, path, make_folders: bool) -> str:
     p = os.fspath(path)
     if p.strip() in ("-", ""):
         raise PathError(f"{lab} {p!r} is not a file name (headspec writes no result to standard "
-                        "output); fix: give a file name, e.g. -o run.nc")  # fmt: skip
+                        "output); fix: give a file name, e.g. run.nc")  # fmt: skip
     _too_long(lab, p, os.path.abspath(p))
     try:
         real = os.path.realpath(p, strict=True)

@@ -30,7 +30,8 @@ MAX_SECONDS = 86_400.0  # a run estimated beyond a day of compute is refused
 # Usual sizes: a refusal blames the factor furthest above its usual size (ratio^power).
 USUAL = {"seeds": 8, "record.n_mc": 4096, "task.latent.atoms": 3, "task.L": 10, "model.H": 4,
          "task.D": 1000, "theory.n": 8192, "diffusion.n": 8192, "train.batch": 1,
-         "bayes.samples": 100_000, "record.n_test": 256, "--n": 16384,
+         "bayes.samples": 100_000, "record.n_test": 256, "prune.n": 16384,
+         "saddles.n": 16384,
          "record.points": 60, "map.n": 4096}  # fmt: skip
 _LOWEST = {"task.L": 2, "record.n_mc": 2, "theory.n": 2, "diffusion.n": 2, "map.n": 2}  # allowed
 

@@ -225,9 +225,9 @@ def divergence_message(ds, seed_index: int) -> str:
         return (
             f"seed {int(ds.seed[seed_index])} failed at step {step} (t = {t:.4g}): {reason}, "
             f"checked after every solver step; the diffusion engine's SDE is outside its domain "
-            f"of validity here (docs/engine-diffusion.md); fix: a smaller "
-            f"diffusion.dt, a smaller train.lr or task.latent.scale, or --engine reduced; its "
-            f"results stop at t = {t:.4g}"
+            f"of validity here (docs/engine-diffusion.md); fix: a smaller diffusion.dt, a "
+            f"smaller train.lr or task.latent.scale, or train.engine = reduced; its results "
+            f"stop at t = {t:.4g}"
         )
     return (
         f"seed {int(ds.seed[seed_index])} diverged at step {step} (t = {t:.4g}): the loss, "

@@ -18,6 +18,7 @@ from headspec.apps.cli.common import (
     figure_paths,
     load_result_seed,
     out,
+    with_flags,
 )
 from headspec.apps.cli.figures import (
     FiguresDirOpt,
@@ -225,7 +226,7 @@ def _check_prune_size(ds, n: int, random_orders: int) -> None:
     try:
         check_memory(est)
     except ConfigError as e:
-        fail(str(e))
+        fail(with_flags(str(e), "prune"))
 
 
 @app.command("plot")

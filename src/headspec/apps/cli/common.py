@@ -60,6 +60,30 @@ def _flags_without_type() -> None:
 _flags_without_type()
 
 
+#: settings a refusal from headspec.conventions names, and the option of the running command
+#: that sets them: a config key keeps its name with the option beside it ("task.D (--D)"); a
+#: command's own setting (not in any config: ``prune.n``) becomes its option ("--n")
+FLAGS = {"task.D": "--D", "task.L": "--L", "train.engine": "--engine", "bayes.samples": "--samples",
+         "bayes.route": "--route", "prune.n": "--n",
+         "prune.random_orders": "--random-orders", "saddles.n": "--n"}  # fmt: skip
+_OWN = ("prune.", "saddles.")
+_COMMANDS = {"SimulateConfig": "simulate", "TheoryConfig": "theory", "BayesRunConfig": "bayes"}
+
+
+def with_flags(message: str, command: str) -> str:
+    """``message`` with each setting of :data:`FLAGS` that ``command`` (``"simulate"``) has an
+    option for shown with (or, for a command's own setting, as) that option."""
+    import re
+
+    cmd = typer.main.get_command(app).commands.get(command)
+    opts = {o for p in getattr(cmd, "params", ()) for o in getattr(p, "opts", ())}
+    for name, flag in FLAGS.items():
+        if flag in opts:
+            new = flag if name.startswith(_OWN) else f"{name} ({flag})"
+            message = re.sub(rf"(?<![\w.]){re.escape(name)}(?![\w.]| \()", new, message)
+    return message
+
+
 def fail(message: str, code: int = 2):
     """Print ``error: …`` on stderr and exit with ``code`` (2: bad input)."""
     err.print("error: " + message, markup=False, highlight=False, soft_wrap=True, style="red")
@@ -142,19 +166,24 @@ def load_or_fail(
     option: str = "--out",
     inputs=(),
     also=(),
+    command: str | None = None,
 ):
     """The validated config, or exit 2 with its message; then refuse a run that cannot fit in
     memory or never ends (headspec.conventions.budget) and a bad output path (``option``, and
     the command's other outputs ``also``) — one that would overwrite the config, ``inputs`` or
-    the file theory.init.path reads — all before any work."""
+    the file theory.init.path reads — all before any work. ``command``: whose options the
+    refusal names (default: simulate, theory or bayes, by ``model``)."""
     from headspec.conventions.budget import check_budget
     from headspec.conventions.config import ConfigError, load_config
 
     try:
         cfg = load_config(model, config, overrides, base=base)
-        check_budget(cfg)
     except ConfigError as e:
         fail(str(e))
+    try:
+        check_budget(cfg)
+    except ConfigError as e:
+        fail(with_flags(str(e), command or _COMMANDS.get(model.__name__, "")))
     init = getattr(getattr(cfg, "theory", None), "init", None)
     init_path = getattr(init, "path", None)
     inputs = [("--config", config), *inputs]

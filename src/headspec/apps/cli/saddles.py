@@ -23,6 +23,7 @@ from headspec.apps.cli.common import (
     load_result_seed,
     out,
     progress_bar,
+    with_flags,
 )
 from headspec.apps.cli.figures import FormatsOpt, check_formats, write_figures
 from headspec.apps.cli.interrupts import not_written, on_interrupt
@@ -117,7 +118,7 @@ def saddles(
         )
     else:
         overrides = list(set_ or []) + ["seeds=1"] + ([] if seed is None else [f"seed={seed}"])
-        cfg = load_or_fail(TheoryConfig, config, overrides, out_path, also=also)
+        cfg = load_or_fail(TheoryConfig, config, overrides, out_path, also=also, command="saddles")
         source = "ode"
         F, A = cfg.task.latent.build().F, cfg.task.latent.build().n_atoms
         _check_jacobian_size(n, cfg.model.H, F, A, cfg.task.L)
@@ -136,7 +137,7 @@ def _check_jacobian_size(n: int, H: int, F: int, A: int, L: int) -> None:
     try:
         check_memory(estimate_jacobian(n, L, H, F, A or 1))
     except ConfigError as e:
-        fail(str(e))
+        fail(with_flags(str(e), "saddles"))
 
 
 def _solve(cfg):
