@@ -89,11 +89,10 @@ def test_a_rerun_reuses_the_runs_and_the_report_counts_what_they_took(e4_report)
     """The same command again into the same folder (as a user resumes): both runs are read
     back, not computed, and the report says how many and what they took to compute the first
     time (each result file keeps its compute time in the ``elapsed_s`` attribute), so that
-    "Total time" is not read as the cost of the reproduction. (Into a copy of the folder only
-    the simulation would be reused: the ODE's config names its initial state's file by path.)
-    The rewritten report differs from the first only by that count: the other tests of the
-    fixture's folder hold either way. The stored times are replaced by known values (90 and
-    60), so what is checked is the bookkeeping, never a measured time."""
+    "Total time" is not read as the cost of the reproduction (into a copy of the folder too: see
+    the next test). The rewritten report differs from the first only by that count: the other
+    tests of the fixture's folder hold either way. The stored times are replaced by known values
+    (90 and 60), so what is checked is the bookkeeping, never a measured time."""
     import json
 
     from headspec.apps.experiments.report import _reuse_text
@@ -119,6 +118,30 @@ def test_a_rerun_reuses_the_runs_and_the_report_counts_what_they_took(e4_report)
     back = experiments.read_outcomes(out)  # and it reads back
     assert back[0].reused == 2 and said in _reuse_text(back, " min")
     assert e4_report[1][0].reused == 0  # control: the first invocation computed them
+
+
+def test_a_moved_report_reuses_its_ode_when_its_start_is_the_same(e4_report, tmp_path):
+    """A report folder copied elsewhere (or renamed) reuses both runs, although the ODE's
+    config names its initial state's file by its old path: the ODE is reused when that is the
+    only difference and its seeds start exactly where the simulation's file, now at the new
+    path, says. Control: with one number of that file's initial state changed the ODE is
+    computed again (the simulation, same config, is still reused)."""
+    import shutil
+
+    from headspec.conventions import results
+
+    moved = tmp_path / "moved"
+    shutil.copytree(e4_report[0], moved)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(experiments.RECIPES, "E4", _replaced("E4", _tiny_recipe))
+        (o,) = experiments.reproduce(scale="smoke", outdir=moved, only=["E4"])
+        assert o.error is None and o.reused == 2
+        (sim,) = [f for f in (moved / "data").glob("*.nc") if not f.stem.endswith("_ode")]
+        ds = results.load(sim).load()
+        ds["M"][0, 0, 0, 0] = ds["M"][0, 0, 0, 0] + 1e-12  # seed 0's start, one entry
+        results.save(ds, sim)
+        (o,) = experiments.reproduce(scale="smoke", outdir=moved, only=["E4"])
+    assert o.error is None and o.reused == 1
 
 
 def test_a_failing_experiment_is_reported_and_the_others_still_run(tmp_path, monkeypatch):

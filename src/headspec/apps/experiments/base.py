@@ -294,7 +294,9 @@ def ode_beside(ctx: Context, cid: str, where: str, value: float, detail: str, la
 
 
 def reusable_result(path: Path, cfg) -> Any:
-    """The dataset in ``path`` when it is a valid result of exactly this resolved config."""
+    """The dataset in ``path`` when it is a valid result of exactly this resolved config, or of
+    an ODE started from a simulation's file that has since moved (the report folder copied or
+    renamed) whose seeds' initial (M, Q, b) equal, bit for bit, those in the file now named."""
     if not path.exists():
         return None
     try:
@@ -302,10 +304,34 @@ def reusable_result(path: Path, cfg) -> Any:
     except Exception:  # a damaged or foreign file is recomputed (and overwritten)
         return None
     try:  # the stored config read by today's model: fields added since take their defaults
-        stored = type(cfg).model_validate(results.config_of(ds)).model_dump_json()
+        stored = type(cfg).model_validate(results.config_of(ds))
     except Exception:  # a field since removed or renamed: recomputed
         return None
-    return ds if stored == cfg.model_dump_json() else None
+    if stored.model_dump_json() == cfg.model_dump_json():
+        return ds
+    return ds if _moved_start(stored, cfg) and _same_start(ds, cfg.theory.init.path) else None
+
+
+def _moved_start(stored, cfg) -> bool:
+    """Whether ``stored`` is ``cfg`` but for the folder of its initial state's simulation file."""
+    init = getattr(getattr(cfg, "theory", None), "init", None)
+    if getattr(init, "kind", None) != "simulation" or stored.theory.init.kind != "simulation":
+        return False
+    if Path(stored.theory.init.path).name != Path(init.path).name:
+        return False
+    old = stored.model_dump(mode="json")
+    old["theory"]["init"]["path"] = init.path
+    return old == cfg.model_dump(mode="json")
+
+
+def _same_start(ds, sim_path: str) -> bool:
+    """Whether every seed of the ODE result ``ds`` starts where that seed does in ``sim_path``."""
+    try:
+        sim = results.load(Path(sim_path), kinds=results.TASK_KINDS)
+        sim = sim.sel(seed=ds.seed.values)
+        return all(np.array_equal(ds[v].isel(t=0).values, sim[v].isel(t=0).values) for v in "MQb")
+    except Exception:  # the file or one of the seeds is missing: not the same start
+        return False
 
 
 def fmt(x, digits=3) -> str:
