@@ -109,3 +109,22 @@ def softmax_engine(cls, law, L: int, D, H: int, lr, **given):
     lr = jnp.asarray(lr)
     return cls(model=Model(Softmax(), law, L), D=D, H=H, B=1, lr=lr, lr_b=lr,
                schedule=Constant(), **given)  # fmt: skip
+
+
+def covering(xs, ys, *, ids=None):
+    """The pairs of ``xs`` × ``ys`` as pytest parameters (each pair a tuple ``x, y``, ``x`` a
+    tuple itself where the test takes several arguments from it): a subset that covers every x
+    and every y — the i-th x with the (i mod |ys|)-th y, or the j-th y with the (j mod |xs|)-th x
+    where ys are more — stays in the README tier, the other pairs are marked slow (CI runs
+    them). ``ids(x, y)``: the pair's test id."""
+    import pytest
+
+    xs, ys = list(xs), list(ys)
+    out = []
+    for i, x in enumerate(xs):
+        for j, y in enumerate(ys):
+            first = j == i % len(ys) if len(xs) >= len(ys) else i == j % len(xs)
+            values = (*x, y) if isinstance(x, tuple) else (x, y)
+            out.append(pytest.param(*values, marks=() if first else pytest.mark.slow,
+                                    id=None if ids is None else ids(x, y)))  # fmt: skip
+    return out

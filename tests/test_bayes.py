@@ -22,6 +22,7 @@ from headspec.dynamics.bayes import (
     exact_risk_of,
     posterior,
 )
+from helpers import covering
 
 DISCRETE_LAWS = {
     "one_hot_unequal": Discrete([[2.0, 0.0], [0.0, 2.0]], [0.7, 0.3]),
@@ -31,8 +32,9 @@ DISCRETE_LAWS = {
 }
 
 
-@pytest.mark.parametrize("route", ["projected", "finite"])
-@pytest.mark.parametrize("name", DISCRETE_LAWS)
+@pytest.mark.parametrize(
+    ("name", "route"), covering(DISCRETE_LAWS, ["projected", "finite"], ids=lambda n, r: f"{n}-{r}")
+)  # README tier: each law once, each route twice (helpers.covering)
 def test_constructed_bayes_softmax_attains_bayes_risk_on_same_samples(name, route, key):
     law = DISCRETE_LAWS[name]
     n = 20_000 if route == "projected" else 1_000

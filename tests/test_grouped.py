@@ -20,6 +20,7 @@ from headspec.core.grouped import expand_groups, grouped_risk_and_gradient
 from headspec.core.latent import Discrete, Gaussian
 from headspec.core.model import Model
 from headspec.core.precision import float64_context
+from helpers import covering
 
 LAWS = {
     "discrete": Discrete([[3.0, 0.0], [0.0, 3.0]], [0.7, 0.3]),
@@ -61,12 +62,22 @@ def _symmetrised(R_M, R_Q, R_b, sizes):
     return M, Q, b
 
 
-@pytest.mark.parametrize("sizes", [(3, 1), (2, 2), (1, 2, 1)])
+_ACTS_LAWS = [
+    (Softmax(), "discrete"),
+    (Softmax1(), "discrete"),
+    (Softmax(aggregation="sum"), "gaussian"),
+]
+
+
 @pytest.mark.parametrize(
-    ("act", "law"),
-    [(Softmax(), "discrete"), (Softmax1(), "discrete"), (Softmax(aggregation="sum"), "gaussian")],
-)
-def test_grouped_risk_and_gradient_equal_the_full_ones(sizes, act, law):
+    ("act", "law", "sizes"),
+    covering(
+        _ACTS_LAWS,
+        [(3, 1), (2, 2), (1, 2, 1)],
+        ids=lambda a, s: f"{a[0].name}-{a[0].aggregation}-{a[1]}-{'.'.join(map(str, s))}",
+    ),
+)  # README tier: each activation with one grouping, each grouping once (helpers.covering)
+def test_grouped_risk_and_gradient_equal_the_full_ones(act, law, sizes):
     model = Model(act, LAWS[law], L=10)
     with float64_context():
         M, Q, b = _state(len(sizes), seed=len(sizes))

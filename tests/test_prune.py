@@ -106,9 +106,16 @@ def _loop_path(M, Q, b, act, base, removed):
 
 
 @pytest.mark.parametrize(
-    "act", [Softmax(), Softmax1(), BayesSoftmax(), Softmax(aggregation="sum"),
-            BayesSoftmax(aggregation="mean")], ids=lambda a: f"{a.name}-{a.aggregation}",
-)  # fmt: skip
+    "act",
+    [
+        Softmax(),
+        Softmax1(),
+        BayesSoftmax(),
+        pytest.param(Softmax(aggregation="sum"), marks=pytest.mark.slow),
+        pytest.param(BayesSoftmax(aggregation="mean"), marks=pytest.mark.slow),
+    ],
+    ids=lambda a: f"{a.name}-{a.aggregation}",
+)  # fmt: skip  (README tier: each activation with its default aggregation; CI runs the others)
 def test_path_equals_sub_models_one_at_a_time(act):
     """All removals priced at once (exclusive prefix/suffix sums over heads) = each sub-model
     computed on its own, to rounding; greedy's choice is the cheapest of the loop's."""
