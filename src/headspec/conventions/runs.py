@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -44,11 +45,15 @@ def _grid(cfg):
 
 
 @float64
-def simulate(cfg, progress: Callable[[int, int], None] | None = None, schedule=None):
+def simulate(cfg, progress: Callable[[int, int], None] | None = None, schedule=None,
+             checkpoint: str | Path | None = None):  # fmt: skip
     """Run a :class:`~headspec.conventions.config.SimulateConfig`; returns the result dataset.
 
     ``progress(steps_done, steps_total)`` is called after every chunk; ``schedule`` (a hashable
-    pure function t ↦ η(t)/η) overrides the config's schedule.
+    pure function t ↦ η(t)/η) overrides the config's schedule. ``checkpoint``: a file where
+    the run so far is kept every few minutes and from which an interrupted run of the same
+    config resumes (:mod:`headspec.conventions.checkpoint`; the caller removes it once the
+    result is written); not with ``schedule``, which no config records.
     """
     release_if_crowded()  # a long-lived process (reproduce, a sweep worker) compiles many programs
     dtype = jnp.float32 if cfg.train.dtype == "float32" else jnp.float64
@@ -60,7 +65,22 @@ def simulate(cfg, progress: Callable[[int, int], None] | None = None, schedule=N
     state = build.start(cfg, engine, keys, dtype)
     test, n_test = engine.test_set(keys["test"], state, cfg.record.n_test)
     steps, ts = _grid(cfg)
-    obs, state = run(engine, state, keys["train"], steps, base, test=test, progress=progress)
+    done, after, ckpt = None, None, None
+    if checkpoint is not None and schedule is None:
+        from headspec.conventions.checkpoint import Checkpoint
+
+        ckpt = Checkpoint(checkpoint, cfg.model_dump_json())
+        resumed = ckpt.load(state)
+        if resumed is not None:
+            done, state = resumed
+        last = len(steps)
+
+        def after(obs, state):
+            if len(obs) < last:  # the finished run is the result itself
+                ckpt.save(obs, state)
+
+    obs, state = run(engine, state, keys["train"], steps, base, test=test, progress=progress,
+                     done=done, after=after)  # fmt: skip
     fail_step = np.asarray(state.fail_step)
     ds = assemble(
         "simulation",
@@ -84,6 +104,11 @@ def simulate(cfg, progress: Callable[[int, int], None] | None = None, schedule=N
 
         why = [CHECKS.get(int(c), "") for c in np.asarray(state.fail_check)]
         ds["fail_reason"] = ("seed", np.asarray(why, dtype=object))
+    if ckpt is not None and ckpt.resumed_at:
+        from headspec.conventions.checkpoint import EARLIER_CPU_SECONDS, EARLIER_SECONDS
+
+        ds.attrs[EARLIER_SECONDS], ds.attrs[EARLIER_CPU_SECONDS] = ckpt.earlier
+        ds.attrs["resumed_at_step"] = int(steps[ckpt.resumed_at - 1])
     return ds
 
 
@@ -307,17 +332,18 @@ def run_bayes(cfg, progress: Callable[[int, int], None] | None = None) -> dict:
 KINDS = ("simulate", "theory", "splitmap")  # what :func:`compute` runs
 
 
-def compute(kind: str, cfg):
-    """Run the config of a run ``kind``: "simulate" (:func:`simulate`), "theory"
-    (:func:`solve`) or "splitmap" (one setting of the map of uneven splits,
-    :func:`headspec.conventions.splitmap.classify_setting`); returns its dataset."""
+def compute(kind: str, cfg, checkpoint: str | Path | None = None):
+    """Run the config of a run ``kind``: "simulate" (:func:`simulate`, resuming from and
+    writing to ``checkpoint``), "theory" (:func:`solve`) or "splitmap" (one setting of the map
+    of uneven splits, :func:`headspec.conventions.splitmap.classify_setting`); returns its
+    dataset."""
     if kind == "splitmap":
         from headspec.conventions.splitmap import classify_setting
 
         return classify_setting(cfg)
     if kind not in KINDS:
         raise ValueError(f"run kind {kind!r} is not one of {', '.join(KINDS)}")
-    return simulate(cfg) if kind == "simulate" else solve(cfg)
+    return simulate(cfg, checkpoint=checkpoint) if kind == "simulate" else solve(cfg)
 
 
 def config_model(ds):

@@ -21,7 +21,10 @@ COMPUTE_CPU_SECONDS = "cpu_s"
 def stamp_compute(ds: xr.Dataset, t0: float, c0: float) -> tuple[float, float]:
     """Write into ``ds`` the wall and CPU seconds since ``t0`` (``time.perf_counter``) and ``c0``
     (``time.process_time``) as its compute time (:data:`COMPUTE_SECONDS`,
-    :data:`COMPUTE_CPU_SECONDS`); returns them."""
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    :data:`COMPUTE_CPU_SECONDS`), plus those of the runs before a resumed one (attributes
+    ``earlier_elapsed_s``, ``earlier_cpu_s``: :mod:`headspec.conventions.checkpoint`, which
+    are removed); returns them."""
+    wall = time.perf_counter() - t0 + float(ds.attrs.pop("earlier_elapsed_s", 0.0))
+    cpu = time.process_time() - c0 + float(ds.attrs.pop("earlier_cpu_s", 0.0))
     ds.attrs[COMPUTE_SECONDS], ds.attrs[COMPUTE_CPU_SECONDS] = wall, cpu
     return wall, cpu

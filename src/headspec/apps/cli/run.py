@@ -217,7 +217,16 @@ def simulate(
     per_step = cfg.train.batch / tk.D  # t per SGD step
     fmt = "t = {task.completed:.3g} / {task.total:.3g}" if sde else counted("steps")
     started = time.time()
-    with on_interrupt(lambda: not_written(out_path, started)):
+    from headspec.conventions.checkpoint import path_for
+
+    kept = path_for(out_path)  # the run so far, every few minutes: the same command resumes
+
+    def note() -> str:
+        said = not_written(out_path, started)
+        return said + (f"; the run so far is kept in {kept} (the same command resumes from it)"
+                       if kept.is_file() else "")  # fmt: skip
+
+    with on_interrupt(note):
         with progress_bar(fmt) as bar:
             total = cfg.train.T if sde else round(cfg.train.T / per_step)
             job = bar.add_task("compiling…", total=total)
@@ -226,8 +235,9 @@ def simulate(
                 done, total = (done * per_step, total * per_step) if sde else (done, total)
                 bar.update(job, completed=done, total=total, description="training")
 
-            ds = run_simulation(cfg, progress=progress)
+            ds = run_simulation(cfg, progress=progress, checkpoint=kept)
         nan = _finish(ds, out_path, plot)
+        kept.unlink(missing_ok=True)
     failed = [i for i in range(ds.sizes["seed"]) if int(ds.failed[i])]
     for i in failed:
         err.print("error: " + divergence_message(ds, i), markup=False, style="red")

@@ -37,12 +37,16 @@ def run_task(kind: str, config_json: str, target: str | None = None, token: str 
         _worker_setup()
         _WORKER_READY = True
     from headspec.conventions import results
+    from headspec.conventions.checkpoint import path_for
     from headspec.conventions.runs import compute
 
     t0, c0 = time.perf_counter(), time.process_time()
+    # a worker that writes the file itself also keeps a long simulation's checkpoint beside it
+    shared = target is not None and _same_folder(Path(target).parent.parent, token)
+    kept = path_for(target) if shared else None
     try:
         cfg = MODELS[kind].model_validate_json(config_json)
-        ds = compute(kind, cfg)
+        ds = compute(kind, cfg, checkpoint=kept)
     except Exception as e:
         return {
             "status": "failed",
@@ -67,6 +71,8 @@ def run_task(kind: str, config_json: str, target: str | None = None, token: str 
     }
     if target is not None and _same_folder(Path(target).parent.parent, token):
         results.save(ds, target)
+        if kept is not None:
+            kept.unlink(missing_ok=True)
         out["written"] = True
     else:  # no shared file system: the driver writes it
         out["dataset"] = ds

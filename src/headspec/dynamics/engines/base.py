@@ -235,17 +235,23 @@ def run(
     *,
     test=None,
     progress: Callable[[int, int], None] | None = None,
+    done: list[Observation] | None = None,
+    after: Callable[[list[Observation], object], None] | None = None,
 ) -> tuple[list[Observation], object]:
     """Advance every seed along the recording grid ``steps`` (step 0 first) and observe it at
     each grid point (as NumPy arrays); ``progress(steps_done, steps_total)`` after each. Any
-    engine: SGD or diffusion."""
-    obs = []
-    done = 0
-    for target in steps:
-        if target > done:
-            state = engine.advance(state, train_keys, jnp.int64(done), jnp.int64(target - done))
-            done = int(target)
+    engine: SGD or diffusion. ``done``: the observations of the first grid points, already made
+    (a resumed run: ``state`` is then the state at the last of them); ``after(obs, state)``:
+    called after each grid point (a checkpoint)."""
+    obs = list(done or [])
+    at = int(steps[len(obs) - 1]) if obs else 0
+    for target in steps[len(obs) :]:
+        if target > at:
+            state = engine.advance(state, train_keys, jnp.int64(at), jnp.int64(target - at))
+            at = int(target)
         obs.append(jax.tree.map(np.asarray, engine.observe(state, base, test)))
         if progress is not None:
-            progress(done, int(steps[-1]))
+            progress(at, int(steps[-1]))
+        if after is not None:
+            after(obs, state)
     return obs, state

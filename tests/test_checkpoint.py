@@ -1,0 +1,81 @@
+"""An interrupted simulation resumes from its checkpoint and gives, bit for bit, the result of a
+run never stopped (headspec.conventions.checkpoint): for every engine; a checkpoint of another
+config, or a damaged one, is ignored; the compute time of both parts is counted."""
+
+import numpy as np
+import pytest
+
+from headspec.conventions import checkpoint as ck
+from headspec.conventions.config import SimulateConfig, load_config
+from headspec.conventions.runs import simulate
+from headspec.conventions.timing import stamp_compute
+
+VARS = ("M", "Q", "b", "risk", "risk_se", "test_risk", "cos", "fail_step")
+
+
+def _cfg(engine: str, *more: str) -> SimulateConfig:
+    return load_config(SimulateConfig, overrides=[
+        f'train.engine="{engine}"', "task.D=400", "task.L=4", "model.H=2", "seeds=2",
+        "train.T=2.0", "record.points=8", "record.n_mc=128", "record.n_test=8",
+        'train.dtype="float64"', "diffusion.n=256", "diffusion.dt=0.05", *more,
+    ])  # fmt: skip
+
+
+class Stop(Exception):
+    pass
+
+
+def _interrupted(cfg, path, after_points: int) -> None:
+    """Run ``cfg`` with a checkpoint at every grid point and stop it after ``after_points``."""
+    seen = []
+
+    def progress(done, total):
+        seen.append(done)
+        if len(seen) > after_points:
+            raise Stop
+
+    with pytest.raises(Stop):
+        simulate(cfg, progress=progress, checkpoint=path)
+
+
+@pytest.mark.parametrize(
+    "engine",
+    ["reduced", pytest.param("full", marks=pytest.mark.slow),
+     pytest.param("diffusion", marks=pytest.mark.slow)],
+)  # fmt: skip
+def test_a_resumed_run_equals_one_never_stopped(engine, tmp_path, monkeypatch):
+    monkeypatch.setattr(ck, "EVERY_S", 0.0)  # a checkpoint at every grid point
+    cfg = _cfg(engine)
+    whole = simulate(cfg)
+    path = tmp_path / "run.nc.partial.npz"
+    _interrupted(cfg, path, after_points=4)
+    assert path.is_file()
+    resumed = simulate(cfg, checkpoint=path)
+    assert resumed.attrs["resumed_at_step"] == int(whole.step.values[3])  # 4 points were kept
+    for v in VARS:
+        np.testing.assert_array_equal(resumed[v].values, whole[v].values, err_msg=v)
+    # the compute time of the first part is added to the second's, and the note removed
+    earlier = resumed.attrs[ck.EARLIER_SECONDS]
+    assert earlier > 0
+    wall, _ = stamp_compute(resumed, 0.0, 0.0)
+    assert ck.EARLIER_SECONDS not in resumed.attrs and wall >= earlier
+
+
+def test_a_checkpoint_of_another_config_or_a_damaged_one_is_not_used(tmp_path, monkeypatch):
+    monkeypatch.setattr(ck, "EVERY_S", 0.0)
+    path = tmp_path / "run.nc.partial.npz"
+    _interrupted(_cfg("reduced"), path, after_points=4)
+    other = _cfg("reduced", "train.lr=0.9")
+    fresh = simulate(other, checkpoint=path)
+    assert "resumed_at_step" not in fresh.attrs
+    np.testing.assert_array_equal(fresh.M.values, simulate(other).M.values)
+    path.write_bytes(b"not a checkpoint")
+    again = simulate(_cfg("reduced"), checkpoint=path)
+    assert "resumed_at_step" not in again.attrs
+
+
+def test_no_checkpoint_is_written_before_its_interval(tmp_path):
+    """Short runs (under EVERY_S = 300 s of wall time) leave no file behind."""
+    path = tmp_path / "run.nc.partial.npz"
+    simulate(_cfg("reduced"), checkpoint=path)
+    assert not path.exists()
