@@ -250,5 +250,7 @@ def _check_report_folder(out_dir: Path) -> None:
 def _kept(data: Path) -> str:
     """The note of an interrupted reproduction: the finished runs kept for the next one."""
     n = len(list(data.glob("*.nc"))) if data.is_dir() else 0
-    return (f"{plural(n, 'run')} finished and kept in {data}; run the same command again to "
-            "resume (finished runs are reused)")  # fmt: skip
+    half = len(list(data.glob("*.partial.npz"))) if data.is_dir() else 0
+    part = f", {plural(half, 'simulation')} half-way in a checkpoint" if half else ""
+    return (f"{plural(n, 'run')} finished and kept in {data}{part}; run the same command again "
+            "to resume (finished runs are reused)")  # fmt: skip
