@@ -284,7 +284,9 @@ def test_simulate_warns_of_a_risk_worse_than_zero_and_exits_3_on_nan(risk, code,
                                                                      tmp_path):  # fmt: skip
     import headspec.conventions.runs as runs
 
-    monkeypatch.setattr(runs, "simulate", lambda cfg, progress=None: _make(risk=[risk]))
+    monkeypatch.setattr(
+        runs, "simulate", lambda cfg, progress=None, checkpoint=None: _make(risk=[risk])
+    )
     out = tmp_path / "s.nc"
     res = runner.invoke(app, ["simulate", "--D", "40", "--L", "4", "--H", "2", "--T", "1",
                               "--seeds", "1", "-o", str(out)])  # fmt: skip
