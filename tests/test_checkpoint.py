@@ -22,7 +22,7 @@ def _cfg(engine: str, *more: str) -> SimulateConfig:
 
 
 class Stop(Exception):
-    pass
+    """Raised by the progress callback: the run stops as on an interrupt."""
 
 
 def _interrupted(cfg, path, after_points: int) -> None:
