@@ -79,3 +79,13 @@ def test_no_checkpoint_is_written_before_its_interval(tmp_path):
     path = tmp_path / "run.nc.partial.npz"
     simulate(_cfg("reduced"), checkpoint=path)
     assert not path.exists()
+
+
+def test_an_interrupted_reproduction_counts_the_simulations_kept_half_way(tmp_path):
+    from headspec.apps.cli.reproduce import _kept
+
+    (tmp_path / "E1_a.nc").write_bytes(b"")
+    assert "half-way" not in _kept(tmp_path)
+    ck.path_for(tmp_path / "E1_b.nc").write_bytes(b"")
+    said = _kept(tmp_path)
+    assert said.startswith(f"1 run finished and kept in {tmp_path}, 1 simulation half-way in a ")
