@@ -1,6 +1,7 @@
 """An interrupted simulation resumes from its checkpoint and gives, bit for bit, the result of a
-run never stopped (headspec.conventions.checkpoint): for every engine; a checkpoint of another
-config, or a damaged one, is ignored; the compute time of both parts is counted."""
+run never stopped (headspec.conventions.checkpoint): for every engine, the SGD engines also from
+inside a grid interval; a checkpoint of another config, or a damaged one, is ignored; the
+compute time of both parts is counted."""
 
 import numpy as np
 import pytest
@@ -25,17 +26,20 @@ class Stop(Exception):
     """Raised by the progress callback: the run stops as on an interrupt."""
 
 
-def _interrupted(cfg, path, after_points: int) -> None:
-    """Run ``cfg`` with a checkpoint at every grid point and stop it after ``after_points``."""
+def _interrupted(cfg, path, after_calls: int) -> int:
+    """Run ``cfg`` with a checkpoint at every advance (EVERY_S = 0) and stop it at the progress
+    call after ``after_calls``: returns the step of the last checkpoint written (the progress
+    call before; a checkpoint follows each call)."""
     seen = []
 
     def progress(done, total):
         seen.append(done)
-        if len(seen) > after_points:
+        if len(seen) > after_calls:
             raise Stop
 
     with pytest.raises(Stop):
         simulate(cfg, progress=progress, checkpoint=path)
+    return seen[-2]
 
 
 @pytest.mark.parametrize(
@@ -48,10 +52,12 @@ def test_a_resumed_run_equals_one_never_stopped(engine, tmp_path, monkeypatch):
     cfg = _cfg(engine)
     whole = simulate(cfg)
     path = tmp_path / "run.nc.partial.npz"
-    _interrupted(cfg, path, after_points=4)
+    kept = _interrupted(cfg, path, after_calls=8)
     assert path.is_file()
     resumed = simulate(cfg, checkpoint=path)
-    assert resumed.attrs["resumed_at_step"] == int(whole.step.values[3])  # 4 points were kept
+    assert resumed.attrs["resumed_at_step"] == kept
+    # the SGD engines are checkpointed inside grid intervals too (pieces of 1/64 of the run)
+    assert (kept in whole.step.values) == (engine == "diffusion"), kept
     for v in VARS:
         np.testing.assert_array_equal(resumed[v].values, whole[v].values, err_msg=v)
     # the compute time of the first part is added to the second's, and the note removed
@@ -64,7 +70,7 @@ def test_a_resumed_run_equals_one_never_stopped(engine, tmp_path, monkeypatch):
 def test_a_checkpoint_of_another_config_or_a_damaged_one_is_not_used(tmp_path, monkeypatch):
     monkeypatch.setattr(ck, "EVERY_S", 0.0)
     path = tmp_path / "run.nc.partial.npz"
-    _interrupted(_cfg("reduced"), path, after_points=4)
+    _interrupted(_cfg("reduced"), path, after_calls=4)
     other = _cfg("reduced", "train.lr=0.9")
     fresh = simulate(other, checkpoint=path)
     assert "resumed_at_step" not in fresh.attrs
@@ -89,3 +95,23 @@ def test_an_interrupted_reproduction_counts_the_simulations_kept_half_way(tmp_pa
     ck.path_for(tmp_path / "E1_b.nc").write_bytes(b"")
     said = _kept(tmp_path)
     assert said.startswith(f"1 run finished and kept in {tmp_path}, 1 simulation half-way in a ")
+
+
+def test_a_checkpoint_without_its_step_resumes_at_its_last_grid_point(tmp_path, monkeypatch):
+    """The first checkpoints (written before they recorded their step) came only at grid
+    points: such a file resumes at the last observation's grid point."""
+    import json
+
+    monkeypatch.setattr(ck, "EVERY_S", 0.0)
+    monkeypatch.setattr(ck, "PIECES", 1)  # whole grid intervals, as those checkpoints were
+    cfg = _cfg("reduced")
+    path = tmp_path / "run.nc.partial.npz"
+    kept = _interrupted(cfg, path, after_calls=4)
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    head = json.loads(str(arrays.pop("header")))
+    assert head.pop("at") == kept
+    np.savez(path, header=np.asarray(json.dumps(head)), **arrays)
+    resumed = simulate(cfg, checkpoint=path)
+    assert resumed.attrs["resumed_at_step"] == kept
+    np.testing.assert_array_equal(resumed.M.values, simulate(cfg).M.values)

@@ -26,6 +26,10 @@ from headspec.conventions.io import write_atomic
 from headspec.core.observables import Observation
 
 EVERY_S = 300.0  # wall seconds between checkpoints (a run shorter than this writes none)
+#: an SGD engine's run is advanced in at least this many pieces, so that a checkpoint can come
+#: inside a long grid interval (at most 1/PIECES of the run is lost); the diffusion engine's
+#: come at grid points only (its solver steps end on each piece's end, which would move it)
+PIECES = 64
 SUFFIX = ".partial.npz"
 EARLIER_SECONDS = "earlier_elapsed_s"  # attributes a resumed result carries until stamped
 EARLIER_CPU_SECONDS = "earlier_cpu_s"
@@ -46,11 +50,11 @@ class Checkpoint:
         self._saved = time.monotonic()
         self._t0, self._c0 = time.perf_counter(), time.process_time()
         self.earlier = (0.0, 0.0)  # wall and CPU seconds of the runs before this one
-        self.resumed_at = 0  # observations taken over from the checkpoint
 
-    def load(self, state) -> tuple[list[Observation], object] | None:
-        """(observations so far, state) from the file, if it holds this config's run with
-        ``state``'s structure, shapes and dtypes; else None."""
+    def load(self, state) -> tuple[list[Observation], object, int | None] | None:
+        """(observations so far, state, its step: None for the last observation's grid point)
+        from the file, if it holds this config's run with ``state``'s structure, shapes and
+        dtypes; else None."""
         import jax
         import jax.numpy as jnp
 
@@ -72,12 +76,13 @@ class Checkpoint:
                 return None
         k = int(head["points"])
         obs = [Observation(**{f: a[i] for f, a in fields.items()}) for i in range(k)]
-        self.earlier, self.resumed_at = earlier, k
-        return obs, jax.tree.unflatten(tree, [jnp.asarray(a) for a in got])
+        at = head.get("at")  # absent in the first checkpoints (2026-12-07): a grid point
+        self.earlier = earlier
+        return obs, jax.tree.unflatten(tree, [jnp.asarray(a) for a in got]), at
 
-    def save(self, obs: list[Observation], state, force: bool = False) -> bool:
-        """Write the run so far if ``every`` seconds have passed since the last write (or
-        ``force``); returns whether it wrote."""
+    def save(self, obs: list[Observation], state, at: int, force: bool = False) -> bool:
+        """Write the run so far (``state`` at step ``at``) if ``every`` seconds have passed
+        since the last write (or ``force``); returns whether it wrote."""
         import jax
 
         if not force and time.monotonic() - self._saved < self.every:
@@ -87,6 +92,7 @@ class Checkpoint:
             "config": self.config_json,
             "leaves": len(leaves),
             "points": len(obs),
+            "at": int(at),
             "elapsed_s": self.earlier[0] + time.perf_counter() - self._t0,
             "cpu_s": self.earlier[1] + time.process_time() - self._c0,
         }

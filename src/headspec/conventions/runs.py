@@ -65,22 +65,24 @@ def simulate(cfg, progress: Callable[[int, int], None] | None = None, schedule=N
     state = build.start(cfg, engine, keys, dtype)
     test, n_test = engine.test_set(keys["test"], state, cfg.record.n_test)
     steps, ts = _grid(cfg)
-    done, after, ckpt = None, None, None
+    done, at, after, ckpt, piece = None, None, None, None, None
     if checkpoint is not None and schedule is None:
-        from headspec.conventions.checkpoint import Checkpoint
+        from headspec.conventions.checkpoint import PIECES, Checkpoint
 
         ckpt = Checkpoint(checkpoint, cfg.model_dump_json())
         resumed = ckpt.load(state)
         if resumed is not None:
-            done, state = resumed
-        last = len(steps)
+            done, state, at = resumed
+            at = int(steps[len(done) - 1]) if at is None else int(at)
+        # checkpoints inside a grid interval too, where that changes no number
+        piece = max(1, int(steps[-1]) // PIECES) if engine.any_chunking else None
 
-        def after(obs, state):
-            if len(obs) < last:  # the finished run is the result itself
-                ckpt.save(obs, state)
+        def after(obs, state, at):
+            if len(obs) < len(steps):  # the finished run is the result itself
+                ckpt.save(obs, state, at)
 
     obs, state = run(engine, state, keys["train"], steps, base, test=test, progress=progress,
-                     done=done, after=after)  # fmt: skip
+                     done=done, at=at, after=after, piece=piece)  # fmt: skip
     fail_step = np.asarray(state.fail_step)
     ds = assemble(
         "simulation",
@@ -104,11 +106,11 @@ def simulate(cfg, progress: Callable[[int, int], None] | None = None, schedule=N
 
         why = [CHECKS.get(int(c), "") for c in np.asarray(state.fail_check)]
         ds["fail_reason"] = ("seed", np.asarray(why, dtype=object))
-    if ckpt is not None and ckpt.resumed_at:
+    if at is not None:  # resumed from a checkpoint at step ``at``
         from headspec.conventions.checkpoint import EARLIER_CPU_SECONDS, EARLIER_SECONDS
 
         ds.attrs[EARLIER_SECONDS], ds.attrs[EARLIER_CPU_SECONDS] = ckpt.earlier
-        ds.attrs["resumed_at_step"] = int(steps[ckpt.resumed_at - 1])
+        ds.attrs["resumed_at_step"] = at
     return ds
 
 

@@ -99,6 +99,10 @@ class Engine(eqx.Module):
     frame_kind: str = eqx.field(static=True, default="random")  # K*: "random" | "canonical"
 
     name: ClassVar[str]
+    #: whether advancing n steps in pieces gives, bit for bit, one advance of n steps (SGD
+    #: engines: their random numbers follow the step index; not the diffusion engine, which
+    #: clips its solver steps to each piece's end)
+    any_chunking: ClassVar[bool] = False
 
     @property
     def law(self) -> LatentLaw:
@@ -146,6 +150,7 @@ class Engine(eqx.Module):
 class SGDEngine(Engine):
     """Online SGD of multi-head attention, one step at a time (SPEC §4)."""
 
+    any_chunking: ClassVar[bool] = True
     block: ClassVar[int] = 1  # steps whose random numbers are drawn in one call
     unroll: ClassVar[int] = 1  # loop unrolling inside a block
 
@@ -236,22 +241,34 @@ def run(
     test=None,
     progress: Callable[[int, int], None] | None = None,
     done: list[Observation] | None = None,
-    after: Callable[[list[Observation], object], None] | None = None,
+    at: int | None = None,
+    after: Callable[[list[Observation], object, int], None] | None = None,
+    piece: int | None = None,
 ) -> tuple[list[Observation], object]:
     """Advance every seed along the recording grid ``steps`` (step 0 first) and observe it at
     each grid point (as NumPy arrays); ``progress(steps_done, steps_total)`` after each. Any
     engine: SGD or diffusion. ``done``: the observations of the first grid points, already made
-    (a resumed run: ``state`` is then the state at the last of them); ``after(obs, state)``:
-    called after each grid point (a checkpoint)."""
+    (a resumed run: ``state`` is then the state at step ``at``, by default the last of those
+    grid points); ``after(obs, state, steps_done)``: called after each advance (a checkpoint);
+    ``piece``: advance at most this many steps at a time (only for an engine with
+    ``any_chunking``: the result is the same)."""
     obs = list(done or [])
-    at = int(steps[len(obs) - 1]) if obs else 0
+    if at is None:
+        at = int(steps[len(obs) - 1]) if obs else 0
+    total = int(steps[-1])
     for target in steps[len(obs) :]:
-        if target > at:
-            state = engine.advance(state, train_keys, jnp.int64(at), jnp.int64(target - at))
-            at = int(target)
+        while target > at:
+            n = int(target) - at if piece is None else min(int(target) - at, int(piece))
+            state = engine.advance(state, train_keys, jnp.int64(at), jnp.int64(n))
+            at += n
+            if at < target:  # inside an interval: progress and a checkpoint, no observation
+                if progress is not None:
+                    progress(at, total)
+                if after is not None:
+                    after(obs, state, at)
         obs.append(jax.tree.map(np.asarray, engine.observe(state, base, test)))
         if progress is not None:
-            progress(at, int(steps[-1]))
+            progress(at, total)
         if after is not None:
-            after(obs, state)
+            after(obs, state, at)
     return obs, state
