@@ -289,7 +289,10 @@ def _fixed_matrix(shape):
 
 @HYP
 @given(s=score_arrays)
-def test_weights_finite_bounded_at_extreme_scores(s):
+def test_weights_and_gradients_finite_bounded_at_extreme_scores(s):
+    """One example's weights (finite, in their bounds, equal to the stable reference, the right
+    total mass) and the gradient of a fixed linear functional of them (finite), every activation
+    and aggregation: both from one evaluation, so each drawn shape is traced once."""
     H, L = s.shape
     out = _all_weights_and_grads(jnp.asarray(s), jnp.asarray(_fixed_matrix(s.shape)))
     for name, aggregation in COMBOS:
@@ -309,13 +312,6 @@ def test_weights_finite_bounded_at_extreme_scores(s):
         else:
             assert np.all(A.sum(axis=1) <= hmax * (1 + 1e-12))
             assert 0.0 <= total <= H * hmax * (1 + 1e-12)
-
-
-@HYP
-@given(s=score_arrays)
-def test_gradient_finite_at_extreme_scores(s):
-    out = _all_weights_and_grads(jnp.asarray(s), jnp.asarray(_fixed_matrix(s.shape)))
-    for name, aggregation in COMBOS:
         g = np.asarray(out[name, aggregation][1])
         assert g.shape == s.shape
         assert np.all(np.isfinite(g)), (name, aggregation)
