@@ -57,7 +57,7 @@ from headspec.dynamics.splits import counts, head_labels, mode_se, split_name, s
 __all__ = [
     "Boundary", "Excursion", "MapCell", "SplitPoint", "at_setting", "classify_split",
     "classify_splits", "excursion", "is_balanced", "locate_boundary", "most_stable_uneven",
-    "split_guess", "split_map", "splits_of",
+    "pool_index", "split_guess", "split_map", "splits_of",
 ]  # fmt: skip
 
 SCALES = (1.0, 0.6, 1.5)  # guess scales tried, first to last
@@ -108,11 +108,18 @@ def classify_split(
     scales: Sequence[float] = SCALES,
     min_cos: float = 0.5,
     margin: float = 0.1,
+    *,
+    pool: np.ndarray | None = None,
 ) -> SplitPoint:
     """The fixed point of ``sizes[j]`` heads on direction j and its kind (see the module). A
     head counts on a direction with cosine ≥ ``min_cos`` and ahead of every other direction's by
     ``margin`` (a head on the mean of two orthogonal directions, cosine 0.71 with both, is on
-    neither: that is the common phase, not a split)."""
+    neither: that is the common phase, not a split).
+
+    ``pool`` (P, F): the directions a head is labelled against instead (every direction of
+    :mod:`~headspec.dynamics.arrangements`' candidates, ``directions`` among them); the fixed
+    point is kept only when each group's heads sit on the group's own pool direction. Without
+    it, any assignment of the group sizes to ``directions`` is kept (a split's name)."""
     sizes = tuple(int(s) for s in sizes)
     if not sizes or min(sizes) < 1:
         raise ValueError(
@@ -125,15 +132,21 @@ def classify_split(
                          "directions; fix: one size per direction, at most")  # fmt: skip
     want = sorted(sizes, reverse=True)
     H = sum(sizes)
+    against = dirs if pool is None else np.asarray(pool, np.float64)  # (J, F) or (P, F)
+    if pool is not None:  # heads per pool direction asked for: each group on its own direction
+        own = pool_index(against, dirs[: len(sizes)])  # (G,)
+        expected = np.bincount(own, weights=sizes, minlength=len(against)).astype(int)
     for scale in scales:
         guess = split_guess(dirs[: len(sizes)], sizes, scale, problem.activation.name)
         fp = find_fixed_point(guess, sizes, problem)
         if not fp.is_fixed:
             continue
         M, Q = np.asarray(fp.state.M), np.asarray(fp.state.Q)  # (H, F), (H, H)
-        labels = head_labels(M, Q, dirs, min_cos=min_cos, margin=margin)  # (H,)
-        got = counts(labels, len(dirs))  # (J,) heads per direction
-        if (labels < 0).any() or sorted(got[got > 0], reverse=True) != want:
+        labels = head_labels(M, Q, against, min_cos=min_cos, margin=margin)  # (H,)
+        got = counts(labels, len(against))  # (J,) or (P,): heads per direction
+        kept = (sorted(got[got > 0], reverse=True) == want if pool is None
+                else np.array_equal(got, expected))  # fmt: skip
+        if (labels < 0).any() or not kept:
             continue  # the heads left their directions: another split's fixed point
         F = M.shape[1]
         ms = modes(drift_jacobian(problem, fp.state, keep_samples=True), H, F)
@@ -141,7 +154,7 @@ def classify_split(
         lead = next((m for m in ms if not m.zero), None)
         return SplitPoint(
             sizes=sizes,
-            split=split_name(labels, J=len(dirs)),
+            split=split_name(labels, J=len(against)),
             found=True,
             kind=st.kind,
             risk=float(fp.risk),
@@ -157,6 +170,19 @@ def classify_split(
     name = split_name(np.repeat(np.arange(len(sizes)), sizes), J=len(dirs))  # asked for: "4:0"
     nan = float("nan")
     return SplitPoint(sizes, name, False, "no fixed point", nan, nan, nan, 0, 0, "", nan, None)
+
+
+def pool_index(pool: np.ndarray, directions: np.ndarray) -> np.ndarray:
+    """Per direction (G, F) the index of the ``pool`` direction (P, F) it points along; refused
+    (ValueError) where one is in no pool direction."""
+    pn = pool / np.linalg.norm(pool, axis=1, keepdims=True)
+    dn = directions / np.linalg.norm(directions, axis=1, keepdims=True)
+    c = dn @ pn.T  # (G, P)
+    idx = np.argmax(c, axis=1)
+    if not np.all(c[np.arange(len(idx)), idx] > 1 - 1e-9):
+        raise ValueError("a group's direction is not in the pool; fix: give the pool every "
+                         "direction the groups take")  # fmt: skip
+    return idx
 
 
 def splits_of(H: int, J: int) -> list[tuple[int, ...]]:
