@@ -119,7 +119,8 @@ def test_names_and_the_max_groups_bound():
 
 
 # ============================================================================ classification
-# Two softmax heads on E7's law ±2.5·e_f (F = 2), L = 4, η = 1, 2048 Sobol samples: the heads on
+# Two softmax heads on E7's law ±2.5·e_f (F = 2), L = 4, η = 1, 2048 Sobol samples (scrambled by
+# seed 0, as the config builds them): the heads on
 # the two ends of one diagonal, ±(e1 + e2)/√2, are a stable minimum; the heads on the two ends of
 # one feature, ±e1, are a saddle with one unstable mode. The leading rates by the exact method
 # (η-linear drift by quadrature, η² term on the same samples), 2026-12-07, recomputed by the slow
@@ -127,6 +128,53 @@ def test_names_and_the_max_groups_bound():
 EXACT_MIN_RATE = -0.0069580
 EXACT_SADDLE_RATE = 0.0339052
 MIN, SADDLE = "1(+e1+e2) 1(−e1−e2)", "1(+e1) 1(−e1)"
+
+
+PM2 = '{kind="discrete", atoms=[[2.5, 0.0], [-2.5, 0.0], [0.0, 2.5], [0.0, -2.5]]}'
+
+
+def _config(*more: str):
+    from headspec.conventions.config import load_config
+    from headspec.conventions.config.splitmap import SplitMapConfig
+
+    return load_config(SplitMapConfig, overrides=[
+        f"task.latent={PM2}", "task.L=4", "model.H=2", "map.lr=1.0", "map.n=2048",
+        "map.scales=[1.0]", 'map.candidates="arrangements"', *more,
+    ])  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def setting():
+    """The map of one setting, as `headspec sweep` computes a point of kind splitmap."""
+    from headspec.conventions.splitmap import classify_setting
+
+    return classify_setting(_config())
+
+
+def test_the_map_of_a_tiny_setting_is_a_valid_result_with_every_candidate(setting, tmp_path):
+    from headspec.conventions import results
+    from headspec.conventions.splitmap import to_json
+
+    ds = setting
+    assert list(ds.split.values) == [a.name for a in candidates(*_pm(2), 2, idle=False)]
+    assert ds.sizes["direction"] == 8  # the pool at F = 2
+    assert (ds.n_heads.sum("direction") + ds.idle == 2).all()
+    assert not ds.balanced.any() and not ds.idle.any()  # softmax: no idle heads
+    row = ds.sel(split="1(+e1) 1(−e1)").n_heads.values  # the pool's +e1 and −e1
+    assert row.tolist() == [1, 1, 0, 0, 0, 0, 0, 0]
+    assert str(ds.best_minimum.values) == MIN and int(ds.n_minima) == 1
+    assert float(ds.best_risk) == pytest.approx(float(ds.risk.sel(split=MIN)))
+    back = results.load(results.save(ds, tmp_path / "setting.nc"), kinds=("splitmap",))
+    assert list(back.split.values) == list(ds.split.values)  # the names survive the file
+    table = to_json(ds)
+    assert table["summary"]["best_minimum"] == MIN and len(table["splits"]) == 6
+
+
+def test_idle_heads_with_softmax_are_refused_naming_the_field():
+    from headspec.conventions.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"map.idle = true with softmax.*fix"):
+        _config("map.idle=true")
 
 
 def _problem(method: str):
@@ -150,15 +198,10 @@ def _classified(method: str) -> dict:
     return {n: classify_arrangement(p, cs[n]).point for n in (MIN, SADDLE)}
 
 
-@pytest.fixture(scope="module")
-def classified():
-    return _classified("sampled")
-
-
-def test_a_constructed_minimum_and_saddle(classified):
-    lo, hi = classified[MIN], classified[SADDLE]
-    assert lo.found and lo.kind == "minimum" and lo.n_unstable == 0 and lo.split == MIN
-    assert hi.found and hi.kind == "saddle" and hi.n_unstable == 1
+def test_a_constructed_minimum_and_saddle(setting):
+    lo, hi = (setting.sel(split=n) for n in (MIN, SADDLE))
+    assert lo.found and str(lo.kind.values) == "minimum" and int(lo.n_unstable) == 0
+    assert hi.found and str(hi.kind.values) == "saddle" and int(hi.n_unstable) == 1
     assert lo.risk < hi.risk  # 0.3124 against 0.3325
     # the rule's margin, and the exact method's rates within 3 s.e. (an independent route)
     assert lo.lead_rate < -3 * lo.lead_se and hi.lead_rate > 3 * hi.lead_se
@@ -167,14 +210,15 @@ def test_a_constructed_minimum_and_saddle(classified):
 
 
 @pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
-def test_the_saddle_leads_to_the_minimum_and_the_exact_rates(classified):
+def test_the_saddle_leads_to_the_minimum_and_the_exact_rates():
     """Second routes: (i) the ODE from the saddle nudged along its unstable mode, on both sides,
     ends with the heads on the two ends of a diagonal at the minimum's risk (the two diagonals
     are one arrangement; on 2048 samples their risks differ by ~1e-4, hence 5e-4), and from the
     minimum it comes back; (ii) the exact method gives the same kinds and the rates above."""
     from headspec.dynamics.splitmap import excursion
 
-    p, lo, hi = _problem("sampled"), classified[MIN], classified[SADDLE]
+    p, found = _problem("sampled"), _classified("sampled")
+    lo, hi = found[MIN], found[SADDLE]
     diagonals = 2.5 * np.array([[1, 1], [-1, -1], [1, -1], [-1, 1]]) / np.sqrt(2)
     for e in excursion(p, hi, diagonals):
         assert e.start_split == "0:0:0:0 +2 undecided" and e.end_split == "1:1:0:0"
@@ -187,3 +231,31 @@ def test_the_saddle_leads_to_the_minimum_and_the_exact_rates(classified):
     assert exact[MIN].kind == "minimum" and exact[SADDLE].kind == "saddle"
     assert exact[MIN].lead_rate == pytest.approx(EXACT_MIN_RATE, abs=1e-6)
     assert exact[SADDLE].lead_rate == pytest.approx(EXACT_SADDLE_RATE, abs=1e-6)
+
+
+def test_the_figure_of_a_collected_map_of_arrangements(setting, tmp_path):
+    """A collected-sweep-like dataset of two settings (the tiny one and a copy with the minimum
+    turned into a saddle) → one panel, 6 rows, 2 columns, the minimum framed in the first only."""
+    import json
+
+    import xarray as xr
+
+    from headspec.apps.plots import write_figure
+    from headspec.apps.plots.arrangements import is_arrangement_map, plot_arrangement_map
+
+    other = setting.copy(deep=True)
+    k = list(other.split.values).index(MIN)
+    other["kind"][k] = "saddle"
+    ds = xr.concat([setting, other], dim="lr")
+    ds["lr"] = ("lr", [1.0, 1.5], {"config_key": "map.lr"})
+    ds["config_json"] = ("lr", [setting.attrs["config_json"]] * 2)
+    spec = {"config": {"map.candidates": "arrangements"}}
+    ds.attrs = {"axes": json.dumps(["lr"]), "spec_json": json.dumps(spec)}
+    assert is_arrangement_map(ds)
+    fig = plot_arrangement_map(ds)
+    (ax,) = fig.axes
+    assert len(ax.get_yticks()) == 6 and len(ax.get_xticks()) == 2
+    frames = [p for p in ax.patches if not p.get_fill()]
+    assert [(p.get_x(), p.get_y()) for p in frames] == [(0, k)]  # the first column's minimum
+    write_figure(fig, tmp_path / "map.png", dpi=60)
+    assert (tmp_path / "map.png").stat().st_size > 0

@@ -75,9 +75,10 @@ def test_balanced_splits_and_the_most_stable_uneven_one():
     stuck = [*pts, synthetic_split((3, 1), "marginal", -0.0001, 0.12, 4)]
     assert most_stable_uneven(stuck, 2).kind == "marginal"  # marginal before saddle
     assert most_stable_uneven(pts[::2], 2) is None  # no uneven fixed point
-    s = summary(pts, 2)
+    s = summary(pts, [is_balanced(p.sizes, 2) for p in pts])
     assert s["uneven_kind"] == "saddle" and s["balanced_kind"] == "minimum"
     assert s["risk_advantage"] == pytest.approx(0.02)
+    assert (s["n_minima"], s["best_minimum"], s["best_risk"]) == (1, "2:2", 0.1)
 
 
 def test_split_names_count_every_direction():

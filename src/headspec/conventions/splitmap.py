@@ -1,7 +1,7 @@
 """One setting of the map of uneven splits, from its config to a dataset (issue 27): every split
-of H heads over the law's directions, found as a fixed point of the ODE's drift and classified
-(:mod:`headspec.dynamics.splitmap`). A sweep of kind "splitmap" (`headspec sweep run`) runs one
-setting per task and collects them into the map.
+of H heads over the law's directions (or every arrangement, issue 55), found as a fixed point of
+the ODE's drift and classified (:mod:`headspec.dynamics.splitmap`). A sweep of kind "splitmap"
+(`headspec sweep run`) runs one setting per task and collects them into the map.
 
 The setting's file (netCDF, ``kind = "splitmap"``) has dimensions ``split`` (labelled by name:
 "4:0", "3:1", "2:2"; the most concentrated first), ``direction``, ``side`` (+1, −1: the two
@@ -23,6 +23,14 @@ sides of a saddle's leading mode), ``head``, ``head2`` and ``feature``.
   (the balanced split's; "none" where it is no fixed point), ``risk_advantage`` (the best
   uneven fixed point's risk minus the balanced one's: > 0 where the even split is better).
 
+With ``map.candidates = "arrangements"`` the points are the arrangements of
+:mod:`headspec.dynamics.arrangements` instead (``split`` labelled by their names, "2(+e1)
+1(−e1) +1 idle"): ``direction`` runs over the pool of candidate directions (scaled to the atoms'
+norm), ``n_heads`` counts each arrangement's heads per pool direction, ``idle`` its idle heads
+(0 for splits), the fixed point holds its active heads first (idle heads NaN), and no point is
+``balanced`` (so ``uneven_*`` name the most stable arrangement). For both: ``n_minima`` (stable
+minima found), ``best_minimum`` and ``best_risk`` (the lowest-risk one; "" and NaN where none).
+
 Attributes: ``config_json``, ``elapsed_s`` (compute seconds) and the provenance of
 :func:`~headspec.conventions.provenance.run_metadata`.
 """
@@ -40,13 +48,15 @@ from headspec.conventions import build
 from headspec.conventions.provenance import run_metadata
 from headspec.conventions.results import COMPUTE_SECONDS
 from headspec.core.precision import float64
+from headspec.dynamics.arrangements import Arrangement, arrangement_map, pool, with_heads
 from headspec.dynamics.splitmap import (
+    KIND_ORDER,
     Excursion,
     SplitPoint,
     classify_splits,
     excursion,
     is_balanced,
-    most_stable_uneven,
+    pool_index,
 )
 
 KIND = "splitmap"
@@ -54,19 +64,28 @@ KIND = "splitmap"
 
 @float64
 def classify_setting(cfg, progress: Callable[[int, int], None] | None = None) -> xr.Dataset:
-    """Every split of the config's setting, classified (see the module); ``progress(done,
-    total)`` after each split."""
+    """Every split (or arrangement, ``map.candidates``) of the config's setting, classified (see
+    the module); ``progress(done, total)`` after each."""
     t0 = time.perf_counter()
     problem, directions = build.split_map_problem(cfg)
     o = cfg.map
-    points = classify_splits(problem, directions, cfg.model.H, progress, scales=tuple(o.scales),
-                             min_cos=o.min_cos, margin=o.margin)  # fmt: skip
+    kw = {"scales": tuple(o.scales), "min_cos": o.min_cos, "margin": o.margin}
+    arrangements = None
+    if o.candidates == "arrangements":
+        found = arrangement_map(problem, cfg.model.H, idle=o.idle, max_groups=o.max_groups,
+                                progress=progress, **kw)  # fmt: skip
+        points = [a.point for a in found]
+        arrangements = [a.arrangement for a in found]
+        directions = np.linalg.norm(directions[0]) * pool(directions.shape[1])  # (P, F)
+    else:
+        points = classify_splits(problem, directions, cfg.model.H, progress, **kw)
     trips = {}
     if o.excursions:
         for k, p in enumerate(points):
             if p.found and p.kind == "saddle":
-                trips[k] = excursion(problem, p, directions, min_cos=o.min_cos, margin=o.margin)
-    ds = to_dataset(points, directions, cfg, trips)
+                q = with_heads(problem, len(p.state.b))  # an arrangement's active heads
+                trips[k] = excursion(q, p, directions, min_cos=o.min_cos, margin=o.margin)
+    ds = to_dataset(points, directions, cfg, trips, arrangements=arrangements)
     ds.attrs[COMPUTE_SECONDS] = time.perf_counter() - t0
     return ds
 
@@ -76,9 +95,12 @@ def to_dataset(
     directions: np.ndarray,
     cfg,
     excursions: dict[int, list[Excursion]] | None = None,
+    *,
+    arrangements: list[Arrangement] | None = None,
 ) -> xr.Dataset:
-    """The setting's dataset (see the module) from its classified splits and the excursions
-    from some of them (index of the split → both sides)."""
+    """The setting's dataset (see the module) from its classified splits (or, with
+    ``arrangements``, the arrangement of each point, ``directions`` then the pool) and the
+    excursions from some of them (index of the split → both sides)."""
     H, J = cfg.model.H, len(directions)
     F = directions.shape[1]
     S = len(points)
@@ -87,13 +109,23 @@ def to_dataset(
     Q = np.full((S, H, H), nan)  # (split, head, head2)
     b = np.full((S, H), nan)  # (split, head)
     sizes = np.zeros((S, J), np.int64)  # (split, direction)
+    idle = np.zeros(S, np.int64)  # (split,)
     for k, p in enumerate(points):
-        sizes[k, : len(p.sizes)] = p.sizes
-        if p.state is not None:
-            M[k], Q[k], b[k] = (np.asarray(x) for x in p.state)
+        if arrangements is None:
+            sizes[k, : len(p.sizes)] = p.sizes
+        else:
+            a = arrangements[k]
+            own = pool_index(directions, a.directions)  # (G,)
+            sizes[k] = np.bincount(own, weights=a.sizes, minlength=J).astype(np.int64)
+            idle[k] = a.idle
+        if p.state is not None:  # an arrangement's active heads first, idle ones NaN
+            h = len(p.state.b)
+            M[k, :h], Q[k, :h, :h], b[k, :h] = (np.asarray(x) for x in p.state)
+    balanced = [arrangements is None and is_balanced(p.sizes, J) for p in points]
     per = {
         "found": [int(p.found) for p in points],
-        "balanced": [int(is_balanced(p.sizes, J)) for p in points],
+        "balanced": [int(x) for x in balanced],
+        "idle": idle,
         "kind": [p.kind for p in points],
         "risk": [p.risk for p in points],
         "lead_rate": [p.lead_rate for p in points],
@@ -111,7 +143,7 @@ def to_dataset(
         "b": (("split", "head"), b),
     }
     data |= _excursion_variables(len(points), excursions or {})
-    data |= {k: ((), v) for k, v in summary(points, J).items()}
+    data |= {k: ((), v) for k, v in summary(points, balanced).items()}
     data["amplitude"] = ((), float(np.linalg.norm(directions[0])))
     data["eta"] = ((), float(cfg.map.lr))
     coords = {"split": [p.split for p in points], "direction": np.arange(J), "side": [1, -1],
@@ -135,14 +167,18 @@ def _excursion_variables(S: int, trips: dict[int, list[Excursion]]) -> dict:
     return out
 
 
-def summary(points: list[SplitPoint], J: int) -> dict:
-    """The setting's scalars (see the module): the most stable uneven split, the balanced one's
-    risk and the even split's advantage."""
-    worst = most_stable_uneven(points, J)
-    even = min((p for p in points if p.found and is_balanced(p.sizes, J)),
+def summary(points: list[SplitPoint], balanced: list[bool]) -> dict:
+    """The setting's scalars (see the module): the most stable uneven split (every point not
+    ``balanced``: for arrangements, every one), the balanced one's risk, the even split's
+    advantage, and the stable minima (how many; the lowest risk and its split)."""
+    uneven = [p for p, even in zip(points, balanced, strict=True) if not even]
+    worst = min((p for p in uneven if p.found), key=lambda p: (KIND_ORDER[p.kind], p.lead_rate),
+                default=None)  # fmt: skip
+    even = min((p for p, e in zip(points, balanced, strict=True) if p.found and e),
                key=lambda p: p.risk, default=None)  # fmt: skip
     even_risk = np.nan if even is None else even.risk
-    uneven = [p.risk for p in points if p.found and not is_balanced(p.sizes, J)]
+    minima = [p for p in points if p.found and p.kind == "minimum"]
+    best = min(minima, key=lambda p: p.risk, default=None)
     return {
         "uneven_kind": "none" if worst is None else worst.kind,
         "uneven_split": "" if worst is None else worst.split,
@@ -150,7 +186,10 @@ def summary(points: list[SplitPoint], J: int) -> dict:
         "uneven_rate_se": np.nan if worst is None else worst.lead_se,
         "balanced_kind": "none" if even is None else even.kind,
         "balanced_risk": even_risk,
-        "risk_advantage": min(uneven, default=np.nan) - even_risk,
+        "risk_advantage": min((p.risk for p in uneven if p.found), default=np.nan) - even_risk,
+        "n_minima": len(minima),
+        "best_minimum": "" if best is None else best.split,
+        "best_risk": np.nan if best is None else best.risk,
     }
 
 
@@ -164,6 +203,7 @@ def to_json(ds: xr.Dataset) -> dict:
         splits.append({
             "split": str(name),
             "n_heads": [int(v) for v in row.n_heads.values],
+            "idle": int(row.idle) if "idle" in row else 0,
             "found": bool(row.found), "balanced": bool(row.balanced), "kind": str(row.kind.values),
             "risk": num(row.risk), "lead_rate": num(row.lead_rate), "lead_se": num(row.lead_se),
             "n_unstable": int(row.n_unstable), "n_marginal": int(row.n_marginal),
@@ -178,6 +218,15 @@ def to_json(ds: xr.Dataset) -> dict:
             "uneven_split": str(ds.uneven_split.values),
             "balanced_kind": str(ds.balanced_kind.values),
             **{k: num(ds[k]) for k in scalars},
+            **(
+                {
+                    "n_minima": int(ds.n_minima),
+                    "best_minimum": str(ds.best_minimum.values),
+                    "best_risk": num(ds.best_risk),
+                }
+                if "n_minima" in ds
+                else {}
+            ),
         },
         "splits": splits,
         "config": json.loads(ds.attrs["config_json"]),

@@ -58,7 +58,7 @@ from headspec.dynamics.splitmap import SCALES, SplitPoint, classify_split
 
 __all__ = [
     "Arrangement", "ArrangementPoint", "arrangement_map", "candidates", "classify_arrangement",
-    "direction_name", "frames", "law_symmetries", "pool",
+    "direction_name", "frames", "law_symmetries", "pool", "with_heads",
 ]  # fmt: skip
 
 _DIGITS = 9  # rounding of unit directions in keys (pool entries are exact sums of ±1/√k)
@@ -219,7 +219,7 @@ class ArrangementPoint(NamedTuple):
     point: SplitPoint
 
 
-def _active(problem: DriftProblem, n: int) -> DriftProblem:
+def with_heads(problem: DriftProblem, n: int) -> DriftProblem:
     """``problem`` for ``n`` active heads: its base samples' head projections cut to the first
     ``n`` (the other draws are unchanged)."""
     base = problem.base
@@ -246,7 +246,7 @@ def classify_arrangement(
     law = problem.law
     norm = float(np.linalg.norm(np.asarray(law.atoms)[0]))  # the atoms' amplitude
     F = arrangement.directions.shape[1]
-    q = _active(problem, sum(arrangement.sizes))
+    q = with_heads(problem, sum(arrangement.sizes))
     point = classify_split(q, norm * arrangement.directions, arrangement.sizes, scales, min_cos,
                            margin, pool=norm * pool(F))  # fmt: skip
     return ArrangementPoint(arrangement, point._replace(split=arrangement.name))

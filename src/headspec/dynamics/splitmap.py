@@ -55,7 +55,7 @@ from headspec.dynamics.saddles import describe_mode
 from headspec.dynamics.splits import counts, head_labels, mode_se, split_name, stability
 
 __all__ = [
-    "Boundary", "Excursion", "MapCell", "SplitPoint", "at_setting", "classify_split",
+    "KIND_ORDER", "Boundary", "Excursion", "MapCell", "SplitPoint", "at_setting", "classify_split",
     "classify_splits", "excursion", "is_balanced", "locate_boundary", "most_stable_uneven",
     "pool_index", "split_guess", "split_map", "splits_of",
 ]  # fmt: skip
@@ -231,7 +231,7 @@ def is_balanced(sizes: Sequence[int], J: int) -> bool:
     return max(full) - min(full) <= 1
 
 
-_ORDER = {"minimum": 0, "marginal": 1, "saddle": 2}  # most stable first
+KIND_ORDER = {"minimum": 0, "marginal": 1, "saddle": 2}  # most stable first
 
 
 def most_stable_uneven(points: Sequence[SplitPoint], J: int) -> SplitPoint | None:
@@ -240,7 +240,7 @@ def most_stable_uneven(points: Sequence[SplitPoint], J: int) -> SplitPoint | Non
     where no uneven split is a fixed point. It decides the map's colour: where it is a stable
     minimum, heads started there stay in an uneven split; where it is a saddle, they leave."""
     found = [p for p in points if p.found and not is_balanced(p.sizes, J)]
-    return min(found, key=lambda p: (_ORDER[p.kind], p.lead_rate), default=None)
+    return min(found, key=lambda p: (KIND_ORDER[p.kind], p.lead_rate), default=None)
 
 
 class MapCell(NamedTuple):

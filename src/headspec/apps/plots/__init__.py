@@ -14,7 +14,8 @@ Modules: :mod:`.common` (colours, titles, seed index, log time axis, NaN-aware m
 standard error), :mod:`.risk` (:func:`plot_risk`), :mod:`.overlaps` (:func:`plot_overlaps`,
 :func:`plot_compare_overlaps`, :func:`plot_head_similarity`), :mod:`.prune` (:func:`plot_prune`),
 :mod:`.saddles` (:func:`plot_saddles`), :mod:`.splitmap` (:func:`plot_split_map`, the map of
-uneven splits of a splitmap sweep),
+uneven splits of a splitmap sweep), :mod:`.arrangements` (:func:`plot_arrangement_map`, the map
+of arrangements of a splitmap sweep with ``map.candidates = "arrangements"``),
 :mod:`.sweep` (:func:`final_risk`, :func:`plot_sweep`), :mod:`.save` (:func:`save_figures`;
 :func:`write_figure`, through which every figure file is written, atomically).
 
@@ -23,6 +24,7 @@ Example:
     >>> paths = save_figures(ds, "figures", formats=("png", "pdf"))  # doctest: +SKIP
 """
 
+from headspec.apps.plots.arrangements import plot_arrangement_map
 from headspec.apps.plots.overlaps import (
     plot_compare_overlaps,
     plot_head_similarity,
@@ -38,6 +40,7 @@ from headspec.apps.plots.sweep import final_risk, plot_sweep
 __all__ = [
     "FIGURES",
     "final_risk",
+    "plot_arrangement_map",
     "plot_compare_overlaps",
     "plot_head_similarity",
     "plot_overlaps",

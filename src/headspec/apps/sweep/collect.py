@@ -190,6 +190,9 @@ def save_table(ds, folder: str | Path) -> Path | None:
         row |= {k: str(one[k].values) for k in ("uneven_kind", "uneven_split", "balanced_kind")}
         row |= {k: num(one[k]) for k in ("uneven_rate", "uneven_rate_se", "balanced_risk",
                                          "risk_advantage", "amplitude", "eta")}  # fmt: skip
+        if "best_minimum" in one:  # the stable minima (settings computed since issue 55)
+            row |= {"best_minimum": str(one.best_minimum.values), "best_risk": num(one.best_risk),
+                    "n_minima": num(one.n_minima)}  # fmt: skip
         row["splits"] = {
             str(s): {"kind": str(one.kind.sel(split=s).values),
                      **{k: num(one[k].sel(split=s)) for k in ("risk", "lead_rate", "lead_se")}}
@@ -203,10 +206,15 @@ def save_table(ds, folder: str | Path) -> Path | None:
 
 def save_figure(ds, folder: str | Path) -> Path:
     """The figure of a collected sweep: ``folder/sweep_final_risk.png`` (simulate, theory) or
-    ``folder/sweep_split_map.png`` (splitmap: the map of uneven splits)."""
-    from headspec.apps.plots import plot_split_map, plot_sweep, write_figure
+    ``folder/sweep_split_map.png`` (splitmap: the map of uneven splits, or of arrangements)."""
+    from headspec.apps.plots import plot_arrangement_map, plot_split_map, plot_sweep, write_figure
+    from headspec.apps.plots.arrangements import is_arrangement_map
 
     kind = ds.attrs["sweep_kind"]
     path = Path(folder) / figure_name(kind)
-    write_figure(plot_split_map(ds) if kind == "splitmap" else plot_sweep(ds), path, dpi=120)
+    if kind != "splitmap":
+        fig = plot_sweep(ds)
+    else:
+        fig = plot_arrangement_map(ds) if is_arrangement_map(ds) else plot_split_map(ds)
+    write_figure(fig, path, dpi=120)
     return path

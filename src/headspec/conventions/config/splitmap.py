@@ -60,6 +60,20 @@ class MapOptions(StrictModel):
     margin: float = Field(
         0.1, ge=0, lt=1, description="… and ahead of every other direction's cosine by this much"
     )
+    candidates: Literal["splits", "arrangements"] = Field(
+        "splits",
+        description="what is classified: splits (every split of the heads over the law's atoms) "
+        "or arrangements (groups on the ends of orthogonal frames of signed feature sums, and "
+        "idle heads, one per class of the law's symmetries: headspec.dynamics.arrangements)",
+    )
+    max_groups: Annotated[int, Strict(), Field(ge=1)] | None = Field(
+        None, description="arrangements: at most this many groups of heads (None: any number)"
+    )
+    idle: bool | None = Field(
+        None,
+        description="arrangements: include idle (switched-off) heads; None: for softmax-1 and "
+        "Bayes-softmax (a softmax head always carries 1/H of the mass)",
+    )
     excursions: bool = Field(
         False,
         description="from every saddle, integrate the ODE from the fixed point ± 10⁻³ along its "
@@ -109,6 +123,15 @@ class SplitMapConfig(StrictModel):
                 "more atoms"
             )
         H = self.model.H
+        if (
+            self.map.candidates == "arrangements"
+            and self.map.idle
+            and (self.model.activation == "softmax")
+        ):
+            raise ValueError(
+                "map.idle = true with softmax: a softmax head always carries 1/H of the mass, it "
+                "cannot switch off; fix: map.idle = false (or leave it out)"
+            )
         if H < 2:
             raise ValueError(f"model.H = {H}: one head has no split; fix: model.H ≥ 2")
         if self.map.method == "exact" and beyond_exact(self.model):
