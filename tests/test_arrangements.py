@@ -118,6 +118,26 @@ def test_names_and_the_max_groups_bound():
     assert all(len(a.sizes) <= 2 for a in few) and len(few) == 10
 
 
+@pytest.mark.parametrize(("F", "H"), [(2, 4), (3, 3)])
+def test_a_state_is_named_as_its_candidate_whatever_symmetry_moved_it(F, H):
+    """Round trip: the heads of every candidate (idle heads with a shrunk key), moved by the
+    law's symmetries and with their rows shuffled, are named as the candidate by
+    arrangement_of — the labels of the map and of trained states agree."""
+    from headspec.dynamics.arrangements import arrangement_of
+
+    atoms, probs = _pm(F)
+    rng = np.random.default_rng(0)
+    syms = law_symmetries(atoms, probs)
+    for a in candidates(atoms, probs, H, idle=True):
+        M = np.concatenate([np.repeat(a.directions, a.sizes, axis=0), np.zeros((a.idle, F))])
+        for P in syms[:: len(syms) // 8]:  # 8 of them (every one at F = 2)
+            Mp = (M @ P.T)[rng.permutation(H)]
+            Q = Mp @ Mp.T + 0.01 * np.eye(H)
+            assert arrangement_of(Mp, Q, atoms, probs, idle_q=0.02) == a.name
+    M = np.array([[1.0] + [0.0] * (F - 1), [np.cos(0.4), np.sin(0.4)] + [0.0] * (F - 2)])
+    assert arrangement_of(M, M @ M.T, atoms, probs).startswith("unresolved (1 undecided)")
+
+
 # ============================================================================ classification
 # Two softmax heads on E7's law ±2.5·e_f (F = 2), L = 4, η = 1, 2048 Sobol samples (scrambled by
 # seed 0, as the config builds them): the heads on

@@ -5,8 +5,9 @@ check of its slope's standard error; the censored median against its definition.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from headspec.core.stats import censored_median, weighted_line
+from headspec.core.stats import censored_median, compare_categories, weighted_line
 
 
 def test_weighted_line_matches_polyfit_and_its_se_is_honest():
@@ -35,3 +36,32 @@ def test_censored_median():
     assert np.isnan(censored_median(np.array([1.0, np.inf, np.inf, 4.0]), rng)[0])  # half censored
     assert np.isnan(censored_median(np.array([1.0]), rng)[0])
     assert censored_median(np.array([1.0, np.nan, 2.0, 3.0]), rng)[0] == 2.0  # NaN: dropped
+
+
+def test_compare_categories_agrees_with_the_chi2_law_on_large_samples():
+    """Second route: with many outcomes per cell the permutation p-value approaches the
+    asymptotic χ² one (scipy's chi2_contingency without continuity correction); the statistic
+    itself is the same number."""
+    from scipy.stats import chi2_contingency
+
+    rng = np.random.default_rng(1)
+    a = rng.choice(["p", "q", "r"], size=400, p=[0.5, 0.3, 0.2])
+    b = rng.choice(["p", "q", "r"], size=300, p=[0.42, 0.33, 0.25])
+    t = compare_categories(a, b, np.random.default_rng(2), n_perm=4000)
+    chi2, p, *_ = chi2_contingency(np.stack([t.counts_a, t.counts_b]), correction=False)
+    assert t.chi2 == pytest.approx(chi2, rel=1e-12)
+    # the permutation p-value's own s.e. is √(p(1−p)/n_perm) ≤ 0.008: 4 s.e. and 0.01 for the
+    # χ² law's approximation at these counts
+    assert abs(t.p_value - p) < 4 * np.sqrt(p * (1 - p) / 4000) + 0.01
+
+
+def test_compare_categories_rejects_at_its_level_under_the_null():
+    """200 pairs of samples (32 and 48 outcomes, 4 categories, one law): the fraction with
+    p < 0.1 is 0.1 within 3 binomial s.e. (0.064); and no pair with equal counts is rejected."""
+    rng = np.random.default_rng(3)
+    law = [0.4, 0.3, 0.2, 0.1]
+    ps = [compare_categories(rng.choice(4, 32, p=law), rng.choice(4, 48, p=law), rng,
+                             n_perm=199).p_value for _ in range(200)]  # fmt: skip
+    assert abs(np.mean(np.array(ps) < 0.1) - 0.1) < 3 * np.sqrt(0.1 * 0.9 / 200)
+    same = compare_categories(["x", "y"] * 10, ["y", "x"] * 10, rng, n_perm=199)
+    assert same.chi2 == 0 and same.p_value == 1.0

@@ -2,7 +2,8 @@
 
 Also the two statistics of escape-time laws (E2's log-D fit, the escape-time and finite-size
 studies): a median over seeds some of which are censored (:func:`censored_median`) and a
-straight line fitted by weighted least squares (:func:`weighted_line`).
+straight line fitted by weighted least squares (:func:`weighted_line`); and whether two samples of
+categories (the arrangement each seed ended in) share one law (:func:`compare_categories`).
 
 Example:
     >>> MCEstimate.of([1.0, 2.0, 3.0])
@@ -107,3 +108,51 @@ def weighted_line(x, y, se) -> LineFit:
     beta = cov @ X.T @ (W * y)  # (2,)
     chi2 = float((W * (y - X @ beta) ** 2).sum())
     return LineFit(float(beta[0]), float(beta[1]), float(np.sqrt(cov[1, 1])), chi2, len(y) - 2)
+
+
+class CategoryTest(NamedTuple):
+    """Two samples of categories compared: the counts per category (in ``categories`` order),
+    the χ² statistic of the 2 × k table, its permutation p-value and how many permutations."""
+
+    categories: list[str]
+    counts_a: np.ndarray  # (k,)
+    counts_b: np.ndarray  # (k,)
+    chi2: float
+    p_value: float
+    n_perm: int
+
+
+def _chi2_table(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson's χ² of the 2 × k table of counts a (k,), b (k,) (empty columns dropped)."""
+    table = np.stack([a, b]).astype(np.float64)  # (2, k)
+    table = table[:, table.sum(0) > 0]
+    expect = table.sum(1, keepdims=True) * table.sum(0, keepdims=True) / table.sum()
+    return float(((table - expect) ** 2 / expect).sum())
+
+
+def compare_categories(a, b, rng: np.random.Generator, n_perm: int = 10_000) -> CategoryTest:
+    """Do two samples of categorical outcomes (``a``, ``b``: sequences of labels, e.g. the
+    arrangement each seed ended in) come from the same distribution? Pearson's χ² of their
+    2 × k table, with its p-value from ``n_perm`` random relabellings of the pooled sample (exact
+    in law for any counts, unlike the χ² approximation, which needs ≥ 5 expected per cell): the
+    fraction of relabellings with χ² ≥ the observed one, (count + 1)/(n_perm + 1).
+
+    >>> t = compare_categories(["x"] * 30 + ["y"] * 2, ["x"] * 3 + ["y"] * 29,
+    ...                        np.random.default_rng(0), n_perm=2000)
+    >>> t.categories, t.counts_a.tolist(), t.counts_b.tolist(), t.p_value < 0.001
+    (['x', 'y'], [30, 2], [3, 29], True)
+    """
+    a, b = [str(x) for x in a], [str(x) for x in b]
+    cats = sorted(set(a) | set(b))
+    index = {c: i for i, c in enumerate(cats)}
+    pooled = np.array([index[x] for x in a + b])  # (n_a + n_b,)
+    k, n_a = len(cats), len(a)
+
+    def counts(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.bincount(labels[:n_a], minlength=k), np.bincount(labels[n_a:], minlength=k)
+
+    ca, cb = counts(pooled)
+    observed = _chi2_table(ca, cb)
+    hits = sum(_chi2_table(*counts(rng.permutation(pooled))) >= observed - 1e-12
+               for _ in range(n_perm))  # fmt: skip
+    return CategoryTest(cats, ca, cb, observed, (hits + 1) / (n_perm + 1), n_perm)

@@ -57,8 +57,9 @@ from headspec.dynamics.problem import DriftProblem
 from headspec.dynamics.splitmap import SCALES, SplitPoint, classify_split
 
 __all__ = [
-    "Arrangement", "ArrangementPoint", "arrangement_map", "candidates", "classify_arrangement",
-    "direction_name", "frames", "law_symmetries", "pool", "with_heads",
+    "Arrangement", "ArrangementPoint", "arrangement_map", "arrangement_of", "arrangements_of",
+    "candidates", "classify_arrangement", "direction_name", "frames", "law_symmetries", "pool",
+    "with_heads",
 ]  # fmt: skip
 
 _DIGITS = 9  # rounding of unit directions in keys (pool entries are exact sums of ±1/√k)
@@ -209,6 +210,50 @@ def _compositions(n: int, k: int):
     for first in range(n, -1, -1):
         for rest in _compositions(n - first, k - 1):
             yield (first, *rest)
+
+
+def arrangement_of(
+    M, Q, atoms, probs, *, min_cos: float = 0.5, margin: float = 0.1, idle_q: float = 0.0
+) -> str:
+    """The candidate name of a state's arrangement (M (H, F), Q (H, H)): each head labelled by the
+    pool direction it sits on (:func:`~headspec.dynamics.splits.head_labels`: cosine ≥
+    ``min_cos``, ahead of every other pool direction by ``margin``; idle when Q_hh < ``idle_q``),
+    written in the smallest form over the law's symmetries, as :func:`candidates` names it.
+    "unresolved (k undecided)" when some head sits on no pool direction.
+
+    >>> import numpy as np
+    >>> atoms, probs = np.array([[2.5, 0], [-2.5, 0], [0, 2.5], [0, -2.5]]), np.full(4, 0.25)
+    >>> M = np.array([[0.0, -1.0], [0.0, 1.0], [0.0, 1.02]])   # heads on −e2, +e2, +e2
+    >>> arrangement_of(M, M @ M.T + 0.01 * np.eye(3), atoms, probs)
+    '2(+e1) 1(−e1)'
+    """
+    from headspec.dynamics.splits import head_labels
+
+    M = np.asarray(M, np.float64)
+    F = M.shape[1]
+    P = pool(F)
+    labels = head_labels(M, np.asarray(Q, np.float64), P, min_cos, margin, idle_q)  # (H,)
+    undecided = int((labels == -1).sum())
+    if undecided:
+        return f"unresolved ({undecided} undecided)"
+    on = labels[labels >= 0]
+    if on.size == 0:
+        return f"all {labels.size} idle"
+    used, sizes = np.unique(on, return_counts=True)
+    key = _canonical(P[used], sizes, law_symmetries(atoms, probs), _order(P))
+    return _arrangement(key, int((labels < -1).sum()), P).name
+
+
+def arrangements_of(M, Q, atoms, probs, *, idle: bool, idle_frac: float = 0.25, **kw) -> list[str]:
+    """:func:`arrangement_of` per seed (M (S, H, F), Q (S, H, H)); with ``idle`` (softmax-1,
+    Bayes-softmax) a head is idle when Q_hh < ``idle_frac`` × the seed's largest Q_hh (E9's
+    census rule); ``kw``: ``min_cos``, ``margin``."""
+    M, Q = np.asarray(M, np.float64), np.asarray(Q, np.float64)
+    out = []
+    for m, q in zip(M, Q, strict=True):
+        cut = idle_frac * float(np.diag(q).max()) if idle else 0.0
+        out.append(arrangement_of(m, q, atoms, probs, idle_q=cut, **kw))
+    return out
 
 
 # ============================================================================ classification
