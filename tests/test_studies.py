@@ -18,7 +18,7 @@ from headspec.apps.studies import STUDIES, escape
 
 runner = CliRunner()
 # configs a study keeps beside its runs (its λ problems), by study: every study is listed here
-EXTRA_CONFIGS = {"escape_time": 2, "finite_size": 1, "e6_classification": 0}
+EXTRA_CONFIGS = {"escape_time": 2, "finite_size": 1, "e6_classification": 0, "arrangement_odds": 0}
 
 
 def _grow(t, t_common, rates, d0=1e-3):
@@ -132,7 +132,11 @@ def test_a_study_runs_at_smoke_scale_and_resumes(tmp_path, name):
     assert all(c["id"].startswith(name + ".") for c in exp["claims"])
     assert exp["figures"] and (out / exp["figures"][0]).exists() and exp["table"]
     assert "study " + name in (out / "index.md").read_text()
-    if name != "e6_classification":  # every number of the escape-time studies, as JSON
+    if name == "arrangement_odds":  # every seed's arrangement per route, as JSON
+        (row,) = json.loads((out / f"{name}.json").read_text())["rows"]
+        assert {k: len(v) for k, v in row["arrangements"].items()} == {
+            "sgd": 4, "ode": 4, "diffusion": 4}  # fmt: skip
+    if name in ("escape_time", "finite_size"):  # every number of the escape-time studies, JSON
         numbers = json.loads((out / f"{name}.json").read_text())
         assert numbers["predicted_slope"][0] > 0
     r = runner.invoke(app, args)  # the same command again: every run reused, the same numbers

@@ -5,11 +5,16 @@ here): typed parameters in its TOML (``recipes/<name>.toml``), runs through the 
 :class:`~headspec.apps.experiments.base.Context` as E1–E9 (reused by their full resolved config,
 provenance recorded, on a Dask cluster), claims as data, figures and a report in its own folder
 (default ``studies/out/<name>``). Modules: ``escape`` (t_esc and its statistics, shared),
-``escape_time``, ``finite_size`` and ``e6_classification`` (the studies; importing
-them registers them).
+``escape_time``, ``finite_size``, ``e6_classification`` and ``arrangement_odds`` (the studies;
+importing them registers them).
 """
 
 from headspec.apps.experiments.registry import STUDIES
-from headspec.apps.studies import e6_classification, escape_time, finite_size  # noqa: F401
+from headspec.apps.studies import (  # noqa: F401
+    arrangement_odds,
+    e6_classification,
+    escape_time,
+    finite_size,
+)
 
 __all__ = ["STUDIES"]
