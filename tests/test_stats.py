@@ -55,6 +55,7 @@ def test_compare_categories_agrees_with_the_chi2_law_on_large_samples():
     assert abs(t.p_value - p) < 4 * np.sqrt(p * (1 - p) / 4000) + 0.01
 
 
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
 def test_compare_categories_rejects_at_its_level_under_the_null():
     """200 pairs of samples (32 and 48 outcomes, 4 categories, one law): the fraction with
     p < 0.1 is 0.1 within 3 binomial s.e. (0.064); and no pair with equal counts is rejected."""
