@@ -279,3 +279,51 @@ def test_the_figure_of_a_collected_map_of_arrangements(setting, tmp_path):
     assert [(p.get_x(), p.get_y()) for p in frames] == [(0, k)]  # the first column's minimum
     write_figure(fig, tmp_path / "map.png", dpi=60)
     assert (tmp_path / "map.png").stat().st_size > 0
+
+
+@pytest.mark.slow  # test tier: a law/statistical, cluster or physics test (docs/tests.md)
+def test_an_idle_head_that_wakes_is_found_and_its_minimum_not_counted():
+    """Softmax-1, two heads, the tiny setting: one head on a diagonal and one idle is a minimum of
+    its active head, but an idle head added there at bias −20 would switch on (its bias grows:
+    rate > 3 s.e.). Second routes: the drift of that bias equals −∂R/∂b by central differences
+    of the risk itself, and the risk falls when the bias goes from −20 to −19 by the rate ×
+    (e^{−19} − e^{−20}) to within 2 % (the mass is ~e^{b}: the risk is linear in it there); and
+    the setting's dataset does not count that minimum."""
+    from headspec.conventions.splitmap import classify_setting
+
+    ds = classify_setting(_config('model.activation="softmax1"', "map.max_groups=1",
+                                  "map.scales=[1.0, 0.6, 1.5]"))  # its guess is found at 0.6
+    name = "1(+e1+e2) +1 idle"
+    row = ds.sel(split=name)
+    assert str(row.kind.values) == "minimum" and int(row.idle_wakes) == 1
+    assert float(row.wake_rate) > 3 * float(row.wake_se)
+    assert str(ds.best_minimum.values) != name
+    assert (ds.idle_wakes.values[ds.idle.values == 0] == -1).all()
+
+    from headspec.core.attention import get_activation
+    from headspec.core.latent import Discrete
+    from headspec.core.model import Model
+    from headspec.core.observables import BaseSamples
+    from headspec.dynamics.problem import DriftProblem, OrderParameters, Sampled
+
+    law = Discrete(_pm(2)[0])
+    base = BaseSamples.sobol(0, law, L=4, H=2, n=2048)
+    act = get_activation("softmax1", "sum")  # as the config builds it
+    p = DriftProblem(Model(act, law, L=4), lr=1.0, method=Sampled(base, name="qmc"))
+    M = np.asarray(row.M.values[:1])  # (1, F): the active head
+    Q, b = np.asarray(row.Q.values[:1, :1]), np.asarray(row.b.values[:1])
+    key = str(row.wake_key.values)  # e.g. "1×(−e2)"
+    scale, direction = key.split("×")
+    k = float(scale) * 2.5 * next(v for v in pool(2) if f"({direction_name(v)})" == direction)
+
+    def risk(bias: float) -> float:
+        M1 = np.vstack([M, k])
+        Q1 = np.block([[Q, (M @ k)[:, None]], [(M @ k)[None, :], np.array([[k @ k + 0.01]])]])
+        return float(p.risk(OrderParameters(M1, Q1, np.append(b, bias))).mean)
+
+    h = 1e-3
+    slope = (risk(-20.0 + h) - risk(-20.0 - h)) / (2 * h)  # ∂R/∂b at the wake's bias
+    assert -slope * np.exp(20.0) == pytest.approx(float(row.wake_rate), rel=1e-4)
+    drop = risk(-19.0) - risk(-20.0)
+    expect = -float(row.wake_rate) * (np.exp(-19.0) - np.exp(-20.0))  # db/dt = −∂R/∂b, η_b = 1
+    assert drop < 0 and drop == pytest.approx(expect, rel=0.02)

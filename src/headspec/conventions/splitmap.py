@@ -28,7 +28,11 @@ With ``map.candidates = "arrangements"`` the points are the arrangements of
 1(−e1) +1 idle"): ``direction`` runs over the pool of candidate directions (scaled to the atoms'
 norm), ``n_heads`` counts each arrangement's heads per pool direction, ``idle`` its idle heads
 (0 for splits), the fixed point holds its active heads first (idle heads NaN), and no point is
-``balanced`` (so ``uneven_*`` name the most stable arrangement). For both: ``n_minima`` (stable
+``balanced`` (so ``uneven_*`` name the most stable arrangement). Where an arrangement has idle
+heads and a fixed point: ``idle_wakes`` (1 where an idle head would switch back on there, 0 where
+it stays idle; −1 elsewhere), ``wake_rate`` ± ``wake_se`` and ``wake_key``
+(:func:`headspec.dynamics.arrangements.wake`); a minimum whose idle head wakes is not counted
+in ``n_minima`` and ``best_minimum``. For both: ``n_minima`` (stable
 minima found), ``best_minimum`` and ``best_risk`` (the lowest-risk one; "" and NaN where none).
 
 Attributes: ``config_json``, ``elapsed_s`` (compute seconds) and the provenance of
@@ -48,7 +52,7 @@ from headspec.conventions import build
 from headspec.conventions.provenance import run_metadata
 from headspec.conventions.results import COMPUTE_SECONDS
 from headspec.core.precision import float64
-from headspec.dynamics.arrangements import Arrangement, arrangement_map, pool, with_heads
+from headspec.dynamics.arrangements import Arrangement, Wake, arrangement_map, pool, with_heads
 from headspec.dynamics.splitmap import (
     KIND_ORDER,
     Excursion,
@@ -70,12 +74,13 @@ def classify_setting(cfg, progress: Callable[[int, int], None] | None = None) ->
     problem, directions = build.split_map_problem(cfg)
     o = cfg.map
     kw = {"scales": tuple(o.scales), "min_cos": o.min_cos, "margin": o.margin}
-    arrangements = None
+    arrangements = wakes = None
     if o.candidates == "arrangements":
         found = arrangement_map(problem, cfg.model.H, idle=o.idle, max_groups=o.max_groups,
                                 progress=progress, **kw)  # fmt: skip
         points = [a.point for a in found]
         arrangements = [a.arrangement for a in found]
+        wakes = [a.wake for a in found]
         directions = np.linalg.norm(directions[0]) * pool(directions.shape[1])  # (P, F)
     else:
         points = classify_splits(problem, directions, cfg.model.H, progress, **kw)
@@ -85,7 +90,7 @@ def classify_setting(cfg, progress: Callable[[int, int], None] | None = None) ->
             if p.found and p.kind == "saddle":
                 q = with_heads(problem, len(p.state.b))  # an arrangement's active heads
                 trips[k] = excursion(q, p, directions, min_cos=o.min_cos, margin=o.margin)
-    ds = to_dataset(points, directions, cfg, trips, arrangements=arrangements)
+    ds = to_dataset(points, directions, cfg, trips, arrangements=arrangements, wakes=wakes)
     ds.attrs[COMPUTE_SECONDS] = time.perf_counter() - t0
     return ds
 
@@ -97,10 +102,12 @@ def to_dataset(
     excursions: dict[int, list[Excursion]] | None = None,
     *,
     arrangements: list[Arrangement] | None = None,
+    wakes: list[Wake | None] | None = None,
 ) -> xr.Dataset:
     """The setting's dataset (see the module) from its classified splits (or, with
-    ``arrangements``, the arrangement of each point, ``directions`` then the pool) and the
-    excursions from some of them (index of the split → both sides)."""
+    ``arrangements``, the arrangement of each point, ``directions`` then the pool, and ``wakes``:
+    whether its idle heads stay idle) and the excursions from some of them (index of the split →
+    both sides)."""
     H, J = cfg.model.H, len(directions)
     F = directions.shape[1]
     S = len(points)
@@ -122,6 +129,8 @@ def to_dataset(
             h = len(p.state.b)
             M[k, :h], Q[k, :h, :h], b[k, :h] = (np.asarray(x) for x in p.state)
     balanced = [arrangements is None and is_balanced(p.sizes, J) for p in points]
+    wakes = wakes or [None] * S
+    woken = [w is not None and w.wakes for w in wakes]
     per = {
         "found": [int(p.found) for p in points],
         "balanced": [int(x) for x in balanced],
@@ -134,6 +143,10 @@ def to_dataset(
         "n_marginal": [p.n_marginal for p in points],
         "mode": [p.mode for p in points],
         "guess_scale": [p.scale for p in points],
+        "idle_wakes": [-1 if w is None else int(w.wakes) for w in wakes],
+        "wake_rate": [np.nan if w is None else w.rate for w in wakes],
+        "wake_se": [np.nan if w is None else w.se for w in wakes],
+        "wake_key": ["" if w is None else w.key for w in wakes],
     }
     data = {k: ("split", np.asarray(v)) for k, v in per.items()}
     data |= {
@@ -143,7 +156,7 @@ def to_dataset(
         "b": (("split", "head"), b),
     }
     data |= _excursion_variables(len(points), excursions or {})
-    data |= {k: ((), v) for k, v in summary(points, balanced).items()}
+    data |= {k: ((), v) for k, v in summary(points, balanced, woken).items()}
     data["amplitude"] = ((), float(np.linalg.norm(directions[0])))
     data["eta"] = ((), float(cfg.map.lr))
     coords = {"split": [p.split for p in points], "direction": np.arange(J), "side": [1, -1],
@@ -167,17 +180,20 @@ def _excursion_variables(S: int, trips: dict[int, list[Excursion]]) -> dict:
     return out
 
 
-def summary(points: list[SplitPoint], balanced: list[bool]) -> dict:
+def summary(points: list[SplitPoint], balanced: list[bool], woken: list[bool] | None = None):
     """The setting's scalars (see the module): the most stable uneven split (every point not
     ``balanced``: for arrangements, every one), the balanced one's risk, the even split's
-    advantage, and the stable minima (how many; the lowest risk and its split)."""
+    advantage, and the stable minima (how many; the lowest risk and its split) — a minimum of
+    the active heads where an idle head wakes (``woken``) is none."""
+    woken = woken or [False] * len(points)
     uneven = [p for p, even in zip(points, balanced, strict=True) if not even]
     worst = min((p for p in uneven if p.found), key=lambda p: (KIND_ORDER[p.kind], p.lead_rate),
                 default=None)  # fmt: skip
     even = min((p for p, e in zip(points, balanced, strict=True) if p.found and e),
                key=lambda p: p.risk, default=None)  # fmt: skip
     even_risk = np.nan if even is None else even.risk
-    minima = [p for p in points if p.found and p.kind == "minimum"]
+    minima = [p for p, w in zip(points, woken, strict=True)
+              if p.found and p.kind == "minimum" and not w]  # fmt: skip
     best = min(minima, key=lambda p: p.risk, default=None)
     return {
         "uneven_kind": "none" if worst is None else worst.kind,

@@ -57,9 +57,9 @@ from headspec.dynamics.problem import DriftProblem
 from headspec.dynamics.splitmap import SCALES, SplitPoint, classify_split
 
 __all__ = [
-    "Arrangement", "ArrangementPoint", "arrangement_map", "arrangement_of", "arrangements_of",
-    "candidates", "classify_arrangement", "direction_name", "frames", "law_symmetries", "pool",
-    "with_heads",
+    "Arrangement", "ArrangementPoint", "Wake", "arrangement_map", "arrangement_of",
+    "arrangements_of", "candidates", "classify_arrangement", "direction_name", "frames",
+    "law_symmetries", "pool", "wake", "with_heads",
 ]  # fmt: skip
 
 _DIGITS = 9  # rounding of unit directions in keys (pool entries are exact sums of ±1/√k)
@@ -257,11 +257,59 @@ def arrangements_of(M, Q, atoms, probs, *, idle: bool, idle_frac: float = 0.25, 
 
 
 # ============================================================================ classification
+class Wake(NamedTuple):
+    """Whether an idle head switches back on at an arrangement's fixed point (:func:`wake`)."""
+
+    rate: float  # the largest db/dt · e^{−bias} of one added head over the keys tried
+    se: float  # its standard error (the method's)
+    key: str  # the key that gives it: '0' or '1.0×(−e1−e2)'
+    wakes: bool  # rate > 3 s.e.: its bias grows, so the idle head does not stay idle
+
+
+@float64
+def wake(problem: DriftProblem, point: SplitPoint, *, bias: float = -20.0,
+         scales: Sequence[float] = (0.5, 1.0)) -> Wake:  # fmt: skip
+    """Does an idle head stay idle at ``point`` (an arrangement's fixed point of its active
+    heads)? One head is added with bias ``bias`` and a key of zero or on a pool direction ×
+    ``scales`` × the atoms' norm (its own orthogonal part 0.01). Its mass is ~e^{bias + score},
+    and a key as long as the atoms scores up to a² ≈ 6 on the hidden token, so at −20 the head
+    changes nothing else and the drift of its bias, db/dt = −η_b ∂R/∂b, is linear in its mass:
+    db/dt · e^{−bias} is the rate at which the idle head's bias would start to grow (measured:
+    2544 at −20, 2531 at −19, but 728 at −12, where the mass is no longer small). The largest
+    over the keys: > 3 s.e. and the head wakes (the arrangement with idle heads is not a resting
+    point of the whole model), else it stays idle. Softmax-1 and Bayes-softmax only (a softmax
+    head cannot idle)."""
+    if point.state is None:
+        raise ValueError("the point has no fixed point; fix: pass a SplitPoint with found = True")
+    M, Q, b = (np.asarray(x, np.float64) for x in point.state)  # (A, F), (A, A), (A,)
+    A, F = M.shape
+    q = with_heads(problem, A + 1)
+    norm = float(np.linalg.norm(np.asarray(problem.law.atoms)[0]))
+    keys = [("0", np.zeros(F))] + [(f"{c:g}×({direction_name(d)})", c * norm * d)
+                                   for c in scales for d in pool(F)]  # fmt: skip
+    best = (-np.inf, 0.0, "")
+    for name, k in keys:
+        M1 = np.vstack([M, k])  # (A + 1, F)
+        Q1 = np.zeros((A + 1, A + 1))
+        Q1[:A, :A], Q1[A, :A], Q1[:A, A] = Q, M @ k, M @ k
+        Q1[A, A] = k @ k + 0.01
+        st = type(point.state)(M1, Q1, np.append(b, bias))
+        d = q.drift(st)
+        r = float(np.asarray(d.db)[A]) * np.exp(-bias)
+        if r > best[0]:
+            se = float(np.asarray(d.db_se)[A] + np.asarray(d.db_err)[A]) * np.exp(-bias)
+            best = (r, se, name)
+    rate, se, name = best
+    return Wake(rate, se, name, bool(rate > 3 * se))
+
+
 class ArrangementPoint(NamedTuple):
-    """One arrangement's fixed point and kind (``point``: that of its active heads)."""
+    """One arrangement's fixed point and kind (``point``: that of its active heads) and, where it
+    has idle heads and a fixed point, whether they stay idle (``wake``, else None)."""
 
     arrangement: Arrangement
     point: SplitPoint
+    wake: Wake | None = None
 
 
 def with_heads(problem: DriftProblem, n: int) -> DriftProblem:
@@ -286,15 +334,18 @@ def classify_arrangement(
     margin: float = 0.1,
 ) -> ArrangementPoint:
     """The arrangement's fixed point (its active heads, group-symmetric) and its kind, by
-    :func:`~headspec.dynamics.splitmap.classify_split` with every pool direction to label
-    against (see the module). ``problem``'s base samples need at least the active heads."""
+        :func:`~headspec.dynamics.splitmap.classify_split` with every pool direction to label
+        against (see the module), and for an arrangement with idle heads whether they stay idle
+    (:func:`wake`). ``problem``'s base samples need at least the active heads and one more."""
     law = problem.law
     norm = float(np.linalg.norm(np.asarray(law.atoms)[0]))  # the atoms' amplitude
     F = arrangement.directions.shape[1]
     q = with_heads(problem, sum(arrangement.sizes))
     point = classify_split(q, norm * arrangement.directions, arrangement.sizes, scales, min_cos,
                            margin, pool=norm * pool(F))  # fmt: skip
-    return ArrangementPoint(arrangement, point._replace(split=arrangement.name))
+    point = point._replace(split=arrangement.name)
+    woken = wake(problem, point) if arrangement.idle and point.found else None
+    return ArrangementPoint(arrangement, point, woken)
 
 
 def arrangement_map(
