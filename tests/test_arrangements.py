@@ -291,8 +291,9 @@ def test_an_idle_head_that_wakes_is_found_and_its_minimum_not_counted():
     the setting's dataset does not count that minimum."""
     from headspec.conventions.splitmap import classify_setting
 
-    ds = classify_setting(_config('model.activation="softmax1"', "map.max_groups=1",
-                                  "map.scales=[1.0, 0.6, 1.5]"))  # its guess is found at 0.6
+    ds = classify_setting(
+        _config('model.activation="softmax1"', "map.max_groups=1", "map.scales=[1.0, 0.6, 1.5]")
+    )  # its guess is found at 0.6
     name = "1(+e1+e2) +1 idle"
     row = ds.sel(split=name)
     assert str(row.kind.values) == "minimum" and int(row.idle_wakes) == 1
