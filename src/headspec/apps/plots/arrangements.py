@@ -1,8 +1,9 @@
 """The map of arrangements (a collected sweep of kind "splitmap" with ``map.candidates =
 "arrangements"``, issue 55): one panel per number of heads, one row per candidate arrangement
-of that many heads, one column per other setting (activation, η, amplitude …); each cell
-coloured by the arrangement's kind as a fixed point and, where it is one, its risk and leading
-rate Re λ written in it. The lowest-risk stable minimum of each column is framed."""
+of that many heads (in the order of the candidates: fewest groups first), one column per other
+setting (activation, η, amplitude …); each cell coloured by the arrangement's kind as a fixed
+point and, where it is one, its risk and leading rate Re λ written in it. The lowest-risk
+stable minimum of each column is framed."""
 
 from __future__ import annotations
 
@@ -46,6 +47,22 @@ def _column_label(ds: xr.Dataset, axes: list[str], idx: tuple[int, ...]) -> str:
     return "\n".join(parts)
 
 
+def _candidate_order(one: xr.Dataset) -> dict[str, int]:
+    """name → rank in :func:`~headspec.dynamics.arrangements.candidates`' order for the law and
+    H of the panel's points (fewest groups first); {} where no point says."""
+    from headspec.conventions.config.splitmap import SplitMapConfig
+    from headspec.dynamics.arrangements import candidates
+
+    texts = [t for t in np.ravel(one["config_json"].values) if t]
+    if not texts:
+        return {}
+    cfg = SplitMapConfig.model_validate_json(texts[0])
+    law = cfg.task.latent.build()
+    names = [a.name for a in candidates(np.asarray(law.atoms), np.asarray(law.probs),
+                                        cfg.model.H, idle=True)]  # fmt: skip
+    return {n: i for i, n in enumerate(names)}
+
+
 def plot_arrangement_map(ds: xr.Dataset) -> Figure:
     """See the module. Panels by ``model.H`` where it is swept (else one panel)."""
     axes = json.loads(ds.attrs["axes"])
@@ -59,6 +76,8 @@ def plot_arrangement_map(ds: xr.Dataset) -> Figure:
         one = ds if p is None else ds.isel({h_axis: p})
         kinds = one["kind"].transpose(*cols, "split").values.reshape(len(combos), -1)  # (C, S)
         keep = [k for k in range(one.sizes["split"]) if any(str(x) for x in kinds[:, k])]
+        rank = _candidate_order(one)
+        keep.sort(key=lambda k: rank.get(str(one.split.values[k]), len(rank)))
         rows_of.append((one, keep))
     heights = [max(len(keep), 1) for _, keep in rows_of]
     fig = Figure(figsize=(2.2 + 1.25 * len(combos), 1.6 + 0.3 * sum(heights)),
