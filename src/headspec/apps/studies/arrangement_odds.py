@@ -43,7 +43,7 @@ class Params(RecipeParams):
     seeds: Count = Field(64, description="seeds per activation and D")
     T: Positive = Field(600.0, description="horizon")
     points: Count = Field(30, description="recorded points")
-    diffusion: bool = Field(True, description="run the diffusion engine beside SGD")
+    diffusion_engine: bool = Field(True, description="run the diffusion engine beside SGD")
     min_cos: Cosine = Field(0.5, description="a head sits on a pool direction at this cosine …")
     margin: float = Field(0.1, ge=0, description="… beating every other one's by this")
     idle_frac: Fraction = Field(0.25, description="idle: Q_hh below this × the largest")
@@ -65,7 +65,7 @@ def _sims(ctx: Context) -> tuple[list[Run], list[Run]]:
             sets = {"model.activation": act, "model.H": p.H, "task.D": D, "seeds": p.seeds,
                     "train.T": p.T, "record.points": p.points}  # fmt: skip
             sgd.append(Run(_name(act, D), "simulate", {**sets, "train.engine": "reduced"}, extra))
-            if p.diffusion:
+            if p.diffusion_engine:
                 dif.append(Run(_name(act, D, "diffusion"), "simulate",
                                {**sets, "train.engine": "diffusion"}, extra))  # fmt: skip
     return sgd, dif
@@ -86,7 +86,7 @@ def run(ctx: Context):
     law = isotropic_latent(p.F, p.a)
     atoms, probs = np.asarray(law["atoms"]), np.asarray(law["probs"])
     kw = {"min_cos": p.min_cos, "margin": p.margin, "idle_frac": p.idle_frac}
-    tests = len(p.activations) * len(p.dims) if p.diffusion else 0
+    tests = len(p.activations) * len(p.dims) if p.diffusion_engine else 0
     rng = np.random.default_rng(0)
     rows = []
     for act in p.activations:
@@ -94,7 +94,7 @@ def run(ctx: Context):
         for D in p.dims:
             sim, ode, _ = pairs[_name(act, D)]
             ends = {"sgd": sim, "ode": ode}
-            if p.diffusion:
+            if p.diffusion_engine:
                 ends["diffusion"] = difs[_name(act, D, "diffusion")]
             got = {r: arrangements_of(ds.M.values[:, -1], ds.Q.values[:, -1], atoms, probs,
                                       idle=idle, **kw) for r, ds in ends.items()}  # fmt: skip
@@ -104,7 +104,7 @@ def run(ctx: Context):
             se = float(np.sqrt(agree * (1 - agree) / n))
             row = {"activation": act, "D": D, "T": float(sim.t[-1]), "arrangements": got,
                    "agreement": agree, "agreement_se": se}  # fmt: skip
-            if p.diffusion:
+            if p.diffusion_engine:
                 t = compare_categories(got["sgd"], got["diffusion"], rng, p.n_perm)
                 row |= {"chi2": t.chi2, "p_value": t.p_value}
                 ctx.claim(Claim(
