@@ -42,6 +42,7 @@ def test_default_config_is_e6s_setting():
         (["map.lr=-1"], "map.lr"),
         (["map.scales=[1.0, 1.0]"], "repeats a scale"),
         (["model.activation=bayes_softmax", "map.method=exact"], "Bayes-softmax.*fix"),
+        (["map.max_groups=2"], "apply to arrangements.*fix"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_field(overrides, expect):

@@ -123,6 +123,13 @@ class SplitMapConfig(StrictModel):
                 "more atoms"
             )
         H = self.model.H
+        if self.map.candidates == "splits" and (
+            self.map.max_groups is not None or self.map.idle is not None
+        ):
+            raise ValueError(
+                "map.max_groups and map.idle apply to arrangements; fix: map.candidates = "
+                '"arrangements", or leave them out'
+            )
         if (
             self.map.candidates == "arrangements"
             and self.map.idle
