@@ -54,12 +54,12 @@ from headspec.conventions.results import COMPUTE_SECONDS
 from headspec.core.precision import float64
 from headspec.dynamics.arrangements import Arrangement, Wake, arrangement_map, pool, with_heads
 from headspec.dynamics.splitmap import (
-    KIND_ORDER,
     Excursion,
     SplitPoint,
     classify_splits,
     excursion,
     is_balanced,
+    most_stable,
     pool_index,
 )
 
@@ -187,8 +187,7 @@ def summary(points: list[SplitPoint], balanced: list[bool], woken: list[bool] | 
     the active heads where an idle head wakes (``woken``) is none."""
     woken = woken or [False] * len(points)
     uneven = [p for p, even in zip(points, balanced, strict=True) if not even]
-    worst = min((p for p in uneven if p.found), key=lambda p: (KIND_ORDER[p.kind], p.lead_rate),
-                default=None)  # fmt: skip
+    worst = most_stable(uneven)
     even = min((p for p, e in zip(points, balanced, strict=True) if p.found and e),
                key=lambda p: p.risk, default=None)  # fmt: skip
     even_risk = np.nan if even is None else even.risk

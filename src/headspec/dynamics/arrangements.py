@@ -227,12 +227,30 @@ def arrangement_of(
     >>> arrangement_of(M, M @ M.T + 0.01 * np.eye(3), atoms, probs)
     '2(+e1) 1(−e1)'
     """
+    return arrangements_of(np.asarray(M)[None], np.asarray(Q)[None], atoms, probs, idle=False,
+                           idle_q=idle_q, min_cos=min_cos, margin=margin)[0]  # fmt: skip
+
+
+def arrangements_of(
+    M, Q, atoms, probs, *, idle: bool, idle_frac: float = 0.25, idle_q: float = 0.0,
+    min_cos: float = 0.5, margin: float = 0.1,
+) -> list[str]:  # fmt: skip
+    """:func:`arrangement_of` per seed (M (S, H, F), Q (S, H, H)), the heads of every seed
+    labelled at once; with ``idle`` (softmax-1, Bayes-softmax) a head is idle when Q_hh <
+    ``idle_frac`` × its seed's largest Q_hh (E9's census rule), else when Q_hh < ``idle_q``."""
     from headspec.dynamics.splits import head_labels
 
-    M = np.asarray(M, np.float64)
-    F = M.shape[1]
-    P = pool(F)
-    labels = head_labels(M, np.asarray(Q, np.float64), P, min_cos, margin, idle_q)  # (H,)
+    M, Q = np.asarray(M, np.float64), np.asarray(Q, np.float64)
+    P = pool(M.shape[-1])
+    diag = np.einsum("shh->sh", Q)  # (S, H)
+    cut = idle_frac * diag.max(-1, keepdims=True) if idle else np.full((len(Q), 1), idle_q)
+    labels = head_labels(M, Q, P, min_cos, margin, cut)  # (S, H)
+    syms, order = law_symmetries(atoms, probs), _order(P)
+    return [_name(lab, P, syms, order) for lab in labels]
+
+
+def _name(labels: np.ndarray, P: np.ndarray, syms, order) -> str:
+    """The candidate name of one state's head labels (H,) against the pool P."""
     undecided = int((labels == -1).sum())
     if undecided:
         return f"unresolved ({undecided} undecided)"
@@ -240,20 +258,8 @@ def arrangement_of(
     if on.size == 0:
         return f"all {labels.size} idle"
     used, sizes = np.unique(on, return_counts=True)
-    key = _canonical(P[used], sizes, law_symmetries(atoms, probs), _order(P))
+    key = _canonical(P[used], sizes, syms, order)
     return _arrangement(key, int((labels < -1).sum()), P).name
-
-
-def arrangements_of(M, Q, atoms, probs, *, idle: bool, idle_frac: float = 0.25, **kw) -> list[str]:
-    """:func:`arrangement_of` per seed (M (S, H, F), Q (S, H, H)); with ``idle`` (softmax-1,
-    Bayes-softmax) a head is idle when Q_hh < ``idle_frac`` × the seed's largest Q_hh (E9's
-    census rule); ``kw``: ``min_cos``, ``margin``."""
-    M, Q = np.asarray(M, np.float64), np.asarray(Q, np.float64)
-    out = []
-    for m, q in zip(M, Q, strict=True):
-        cut = idle_frac * float(np.diag(q).max()) if idle else 0.0
-        out.append(arrangement_of(m, q, atoms, probs, idle_q=cut, **kw))
-    return out
 
 
 # ============================================================================ classification

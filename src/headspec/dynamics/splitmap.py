@@ -55,9 +55,9 @@ from headspec.dynamics.saddles import describe_mode
 from headspec.dynamics.splits import counts, head_labels, mode_se, split_name, stability
 
 __all__ = [
-    "KIND_ORDER", "Boundary", "Excursion", "MapCell", "SplitPoint", "at_setting", "classify_split",
-    "classify_splits", "excursion", "is_balanced", "locate_boundary", "most_stable_uneven",
-    "pool_index", "split_guess", "split_map", "splits_of",
+    "Boundary", "Excursion", "MapCell", "SplitPoint", "at_setting", "classify_split",
+    "classify_splits", "excursion", "is_balanced", "locate_boundary", "most_stable",
+    "most_stable_uneven", "pool_index", "split_guess", "split_map", "splits_of",
 ]  # fmt: skip
 
 SCALES = (1.0, 0.6, 1.5)  # guess scales tried, first to last
@@ -231,7 +231,14 @@ def is_balanced(sizes: Sequence[int], J: int) -> bool:
     return max(full) - min(full) <= 1
 
 
-KIND_ORDER = {"minimum": 0, "marginal": 1, "saddle": 2}  # most stable first
+_ORDER = {"minimum": 0, "marginal": 1, "saddle": 2}  # most stable first
+
+
+def most_stable(points: Sequence[SplitPoint]) -> SplitPoint | None:
+    """The point whose fixed point is the most stable — a minimum before a marginal point before
+    a saddle, then the smallest leading rate — or None where none is a fixed point."""
+    found = [p for p in points if p.found]
+    return min(found, key=lambda p: (_ORDER[p.kind], p.lead_rate), default=None)
 
 
 def most_stable_uneven(points: Sequence[SplitPoint], J: int) -> SplitPoint | None:
@@ -239,8 +246,7 @@ def most_stable_uneven(points: Sequence[SplitPoint], J: int) -> SplitPoint | Non
     minimum before a marginal point before a saddle, then the smallest leading rate — or None
     where no uneven split is a fixed point. It decides the map's colour: where it is a stable
     minimum, heads started there stay in an uneven split; where it is a saddle, they leave."""
-    found = [p for p in points if p.found and not is_balanced(p.sizes, J)]
-    return min(found, key=lambda p: (KIND_ORDER[p.kind], p.lead_rate), default=None)
+    return most_stable([p for p in points if not is_balanced(p.sizes, J)])
 
 
 class MapCell(NamedTuple):
