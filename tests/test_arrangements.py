@@ -190,6 +190,27 @@ def test_the_map_of_a_tiny_setting_is_a_valid_result_with_every_candidate(settin
     assert table["summary"]["best_minimum"] == MIN and len(table["splits"]) == 6
 
 
+def test_e7_reads_the_verdicts_of_a_map_setting(setting):
+    """E7 against the map (apps.experiments.e7_map) reads a setting's file as written."""
+    from headspec.apps.experiments.e7_map import describe, verdicts
+
+    v = verdicts(setting)
+    assert list(v) == list(setting.split.values)
+    assert v[MIN]["stable"] and v[MIN]["kind"] == "minimum" and v[MIN]["rate"] < 0
+    assert v[SADDLE]["kind"] == "saddle" and not v[SADDLE]["stable"]
+    assert v[MIN]["risk"] == pytest.approx(float(setting.risk.sel(split=MIN)))
+    assert describe([MIN, MIN, SADDLE], v).startswith(f"{MIN}: 2 (map: minimum, R 0.")
+
+
+def test_a_setting_of_only_some_arrangements_has_those_rows(setting):
+    """map.only: the named arrangements alone, each as in the full map of the setting."""
+    from headspec.conventions.splitmap import classify_setting
+
+    ds = classify_setting(_config(f'map.only=["{MIN}"]'))
+    assert list(ds.split.values) == [MIN] and str(ds.kind.values[0]) == "minimum"
+    assert float(ds.risk[0]) == pytest.approx(float(setting.risk.sel(split=MIN)), rel=1e-9)
+
+
 def test_idle_heads_with_softmax_are_refused_naming_the_field():
     from headspec.conventions.config import ConfigError
 
@@ -328,3 +349,23 @@ def test_an_idle_head_that_wakes_is_found_and_its_minimum_not_counted():
     drop = risk(-19.0) - risk(-20.0)
     expect = -float(row.wake_rate) * (np.exp(-19.0) - np.exp(-20.0))  # db/dt = −∂R/∂b, η_b = 1
     assert drop < 0 and drop == pytest.approx(expect, rel=0.02)
+
+
+def test_a_map_of_only_some_arrangements_classifies_those_and_refuses_unknown_names(monkeypatch):
+    """``only`` (map.only): the named candidates alone, in candidate order; a name that is no
+    candidate stops the map before any fixed point is sought, naming the field and the fix."""
+    from types import SimpleNamespace
+
+    from headspec.core.attention import Softmax
+    from headspec.core.latent import Discrete
+    from headspec.dynamics import arrangements as arr
+
+    done = []
+    monkeypatch.setattr(arr, "classify_arrangement", lambda p, a, **kw: done.append(a.name) or a)
+    problem = SimpleNamespace(law=Discrete(*_pm(2)), activation=Softmax())
+    out = arr.arrangement_map(problem, 2, only=[MIN, SADDLE])
+    assert done == [SADDLE, MIN] and [a.name for a in out] == done  # candidate order
+    done.clear()
+    with pytest.raises(ValueError, match=r"map.only names \['1\(\+e3\) 1\(−e3\)'\].*fix"):
+        arr.arrangement_map(problem, 2, only=[MIN, "1(+e3) 1(−e3)"])
+    assert done == []

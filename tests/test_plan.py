@@ -252,7 +252,7 @@ def test_an_e7_horizon_table_names_activations_only():
     from headspec.apps.experiments.e7 import Params
 
     base = {"a": 2.5, "seeds": 2, "same": 0.9, "active": 0.5, "orth": 0.3, "combo": 1.5,
-            "pure": 0.9, "ode_cos": 0.1}  # fmt: skip
+            "pure": 0.9}  # fmt: skip
     Params.model_validate({**base, "settings": [[3, 6, {"bayes_softmax": 2000}]]})
     with pytest.raises(ValidationError, match="softmax2"):
         Params.model_validate({**base, "settings": [[3, 6, {"softmax2": 2000}]]})

@@ -147,7 +147,7 @@ def test_registered():
 def test_smoke_runs_end_to_end(smoke):
     assert smoke.error is None, smoke.error
     claims = claims_by_id(smoke)
-    assert {"E7.F2_H4.softmax.groups", "E7.F2_H4.bayes_softmax.pm_pairs", "E7.ode_same",
+    assert {"E7.F2_H4.softmax.groups", "E7.F2_H4.bayes_softmax.pm_pairs", "E7.ode_agreement",
             "E7.F2_H4.softmax.formation"} <= set(claims)  # fmt: skip
     assert claims["E7.F2_H4.softmax.groups"].statement.startswith("Softmax: the heads split")
     assert claims["E7.F2_H4.softmax.groups"].tolerance.bound == 1.0  # half of the 2 seeds
@@ -162,3 +162,80 @@ def test_smoke_runs_end_to_end(smoke):
     init = smoke.configs["F2_H4_softmax_ode"]["theory"]["init"]
     assert init["kind"] == "simulation" and init["seeds"] == [0]
     assert smoke.configs["F2_H4_softmax"]["train"]["engine"] == "reduced"
+
+
+# ------------------------------------------------------------- E7 against the map (e7_map)
+MIN4 = "1(+e1+e2) 1(−e1−e2) 1(+e1−e2) 1(−e1+e2)"
+
+
+def _ctx():
+    got = []
+    return SimpleNamespace(base=SimpleNamespace(seed=0), claim=got.append, claims=got)
+
+
+def _map(**kinds):
+    """Verdicts as e7_map.verdicts writes them: name → (kind, stable)."""
+    return {a: {"kind": k, "stable": k == "minimum", "risk": 0.33, "rate": -1e-3, "se": 1e-4}
+            for a, k in kinds.items()}  # fmt: skip
+
+
+def test_final_claim_counts_seeds_on_stable_minima_and_needs_half():
+    from headspec.apps.experiments import e7_map
+
+    v = _map(**{MIN4: "minimum", "2(+e1) 2(−e1)": "saddle"})
+    cases = [  # (the seeds' arrangements, stable ones, verdict at ≥ S/2)
+        ([MIN4, MIN4, "2(+e1) 2(−e1)"], 2, True),
+        ([MIN4, "unresolved (1 undecided)", "2(+e1) 2(−e1)"], 1, False),
+        (["2(+e1) 2(−e1)"] * 3, 0, False),
+    ]
+    for sn, n, ok in cases:
+        ctx = _ctx()
+        e7_map.final_claim(ctx, "E7.F2_H4.softmax", "softmax", "here", sn, v)
+        (c,) = ctx.claims
+        assert (c.id, c.value, c.verdict) == ("E7.F2_H4.softmax.final", n, ok)
+        assert_reasoned(c)
+    assert c.detail == "2(+e1) 2(−e1): 3 (map: saddle, R 0.3300, λ -0.00100 ± 0.00010)"
+
+
+def test_a_minimum_whose_idle_head_wakes_is_not_final():
+    from headspec.apps.experiments import e7_map
+
+    ds = SimpleNamespace(  # the variables of a map setting that verdicts() reads
+        split=SimpleNamespace(values=np.array(["1(+e1+e2) +1 idle", "1(+e1) 1(−e1)"])),
+        kind=SimpleNamespace(values=np.array(["minimum", "minimum"])),
+        idle_wakes=SimpleNamespace(values=np.array([1, -1])),
+        risk=SimpleNamespace(values=np.array([0.4, 0.3])),
+        lead_rate=SimpleNamespace(values=np.array([-0.01, -0.02])),
+        lead_se=SimpleNamespace(values=np.array([0.001, 0.001])),
+    )
+    v = e7_map.verdicts(ds)
+    assert v["1(+e1+e2) +1 idle"]["kind"] == "minimum, but an idle head wakes"
+    assert not v["1(+e1+e2) +1 idle"]["stable"] and v["1(+e1) 1(−e1)"]["stable"]
+
+
+def test_ode_agreement_is_measured_per_seed_without_a_verdict():
+    from headspec.apps.experiments import e7_map
+
+    finals = {"F2_H4_softmax": ([MIN4, MIN4, "2(+e1) 2(−e1)"], {0: MIN4, 2: MIN4}),
+              "F2_H4_bayes_softmax": (["unresolved (1 undecided)"] * 3,
+                                      {0: "unresolved (1 undecided)"})}  # fmt: skip
+    ctx = _ctx()
+    e7_map.agreement_claim(ctx, finals, 2000)
+    (c,) = ctx.claims
+    assert c.id == "E7.ode_agreement" and c.verdict is None
+    assert c.value == pytest.approx(1 / 3) and c.detail.startswith("1 of 3 runs")  # unresolved ≠
+    assert c.se == pytest.approx(np.sqrt(1 / 3 * 2 / 3 / 3))
+
+
+def test_map_runs_classify_only_the_reached_arrangements():
+    from headspec.apps.experiments import e7_map
+
+    finals = {"F2_H4_softmax": ([MIN4, "unresolved (2 undecided)", MIN4], {}),
+              "F2_H4_bayes_softmax": (["unresolved (1 undecided)"] * 3, {})}  # fmt: skip
+    meta = {"F2_H4_softmax": (2, 4, "softmax"), "F2_H4_bayes_softmax": (2, 4, "bayes_softmax")}
+    law = {k: e7.isotropic_latent(2, 2.5) for k in meta}
+    ctx = SimpleNamespace(base=SimpleNamespace(train=SimpleNamespace(lr=2.0)))
+    runs = e7_map.map_runs(ctx, finals, meta, law, 4096)
+    assert list(runs) == ["F2_H4_softmax"]  # every Bayes-softmax seed unresolved: no map
+    r = runs["F2_H4_softmax"]
+    assert (r.kind, r.sets["map.only"], r.sets["map.lr"]) == ("splitmap", [MIN4], 2.0)

@@ -43,6 +43,8 @@ def test_default_config_is_e6s_setting():
         (["map.scales=[1.0, 1.0]"], "repeats a scale"),
         (["model.activation=bayes_softmax", "map.method=exact"], "Bayes-softmax.*fix"),
         (["map.max_groups=2"], "apply to arrangements.*fix"),
+        (['map.only=["2(+e1)"]'], "apply to arrangements.*fix"),
+        (['map.candidates="arrangements"', "map.only=[]"], "map.only"),
     ],
 )
 def test_bad_settings_are_refused_naming_the_field(overrides, expect):

@@ -77,7 +77,7 @@ def classify_setting(cfg, progress: Callable[[int, int], None] | None = None) ->
     arrangements = wakes = None
     if o.candidates == "arrangements":
         found = arrangement_map(problem, cfg.model.H, idle=o.idle, max_groups=o.max_groups,
-                                progress=progress, **kw)  # fmt: skip
+                                only=o.only, progress=progress, **kw)  # fmt: skip
         points = [a.point for a in found]
         arrangements = [a.arrangement for a in found]
         wakes = [a.wake for a in found]

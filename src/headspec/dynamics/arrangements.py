@@ -360,12 +360,15 @@ def arrangement_map(
     *,
     idle: bool | None = None,
     max_groups: int | None = None,
+    only: Sequence[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
     **kwargs,
 ) -> list[ArrangementPoint]:
     """Every candidate arrangement of ``H`` heads for the problem's discrete law, classified
     (:func:`candidates`, :func:`classify_arrangement` with ``kwargs``). Idle heads by default
-    for softmax-1 and Bayes-softmax only. ``progress(done, total)`` after each."""
+    for softmax-1 and Bayes-softmax only. ``only``: the candidates of these names alone (in
+    candidate order; a name that is no candidate is an error, before any work).
+    ``progress(done, total)`` after each."""
     law = problem.law
     if not hasattr(law, "atoms"):
         raise ValueError(f"a map of arrangements needs a discrete law (its atoms and their "
@@ -374,6 +377,16 @@ def arrangement_map(
     if idle is None:
         idle = problem.activation.name != "softmax"
     every = candidates(law.atoms, law.probs, H, idle=idle, max_groups=max_groups)
+    if only is not None:
+        known = {a.name for a in every}
+        unknown = [n for n in only if n not in known]
+        if unknown:
+            raise ValueError(
+                f"map.only names {unknown}, which are no candidates of {H} heads here "
+                f"({'with' if idle else 'without'} idle heads, max_groups {max_groups}); fix: "
+                f"names as the map writes them, e.g. {sorted(known)[:4]}"
+            )
+        every = [a for a in every if a.name in set(only)]
     out = []
     for a in every:
         out.append(classify_arrangement(problem, a, **kwargs))

@@ -6,7 +6,10 @@ of heads each take one direction (its ± ends). Measured on the isotropic laws �
 of equal probability) for softmax, softmax-1 and Bayes-softmax, in simulations on the reduced engine
 beside the ODE from the same initial states: the final heads' groups (head–head cosine ≥ ``same``),
 the angles between group means, each head's cosines with the features (pure feature or a
-combination: its feature participation), and the number of groups over time.
+combination: its feature participation), and the number of groups over time. Against the map of
+arrangements (:mod:`~headspec.apps.experiments.e7_map`, with ``map_n``): the arrangement each
+seed ends in, the map's verdict on every arrangement reached (final: a stable minimum), and the
+per-seed agreement of the ODE with SGD, measured.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, field_validator
 
+from headspec.apps.experiments import e7_map
 from headspec.apps.experiments.base import Context, Run, fmt
 from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.apps.experiments.params import Cosine, Count, Positive, RecipeParams
@@ -122,7 +126,13 @@ class Params(RecipeParams):
     orth: float = Field(ge=0, le=1, description="group means orthogonal: |cos| at most")
     combo: float = Field(ge=1, description="a combination: feature participation at least")
     pure: Cosine = Field(description="a head on an atom: cosine at least")
-    ode_cos: Positive = Field(description="ODE vs simulation: final cosines within this")
+    map_n: int | None = Field(
+        None,
+        ge=2,
+        description="the map of arrangements at the arrangements the simulations reached: base "
+        "samples of its drift (one splitmap run per setting and activation, after the "
+        "simulations; not priced by --dry-run); None: no map",
+    )
 
     @field_validator("settings")
     @classmethod
@@ -172,6 +182,8 @@ def run(ctx: Context):
     batch, meta, th_ov = _runs(ctx)
     res = ctx.paired(batch, theory_sets=th_ov)
 
+    law = {name: isotropic_latent(F, p.a) for name, (F, _, _) in meta.items()}
+    finals = e7_map.final_arrangements(res, meta, law)
     shapes, rows = {}, []
     for name, (sim, ode, dev) in res.items():
         F, H, act = meta[name]
@@ -191,20 +203,26 @@ def run(ctx: Context):
             rows.append((f"F={F} H={H}", LABEL[act], sd, "+".join(map(str, x["sizes"])) or "—",
                          len(x["lines"]), f"{x['max_other']:.2f}", f"{x['neff']:.2f}",
                          f"{x['pure']}/{x['active']}", "yes" if x["pm_pairs"] else "no",
-                         _sequence(sim.t.values, counts), same_shape))  # fmt: skip
+                         _sequence(sim.t.values, counts), same_shape,
+                         f"{finals[name][0][s]}; ODE: {finals[name][1].get(sd, '—')}"))  # fmt: skip
     ctx.outcome.table = rows
     ctx.outcome.table_header = (
         "law", "activation", "seed", "group sizes (sim)", "± lines", "max |cos| other groups",
         "mean n_eff", "pure heads", "± ends of each feature", "groups over time (sim)",
-        "ODE: same groups; max |Δcos_hf|",
+        "ODE: same groups; max |Δcos_hf|", "arrangement (sim; ODE)",
     )  # fmt: skip
     horizon = {name: float(sim.t.values[-1]) for name, (sim, _, _) in res.items()}
-    _claims(ctx, shapes, meta, p, S, horizon)
+    maps = {}
+    if p.map_n is not None:  # the map's verdict on every arrangement the seeds reached
+        runs = e7_map.map_runs(ctx, finals, meta, law, p.map_n)
+        done = ctx.runs(list(runs.values())) if runs else {}
+        maps = {name: e7_map.verdicts(done[r.name]) for name, r in runs.items()}
+    _claims(ctx, shapes, meta, p, S, horizon, finals, maps)
     _formation(ctx, res, meta, p)
     _figures(ctx, res, shapes, meta, [tuple(x)[:2] for x in p.settings], p, horizon)
 
 
-def _claims(ctx: Context, shapes: dict, meta: dict, p, S: int, horizon: dict):
+def _claims(ctx: Context, shapes, meta, p, S: int, horizon: dict, finals: dict, maps: dict):
     D = ctx.base.task.D
     why_orth = (
         f"|cos| ≤ {p.orth} between the means of groups that are not the ± ends of one line, in "
@@ -233,7 +251,8 @@ def _claims(ctx: Context, shapes: dict, meta: dict, p, S: int, horizon: dict):
         detail = (f"orthogonal {n_orth}/{S} seeds (median max |cos| "
                   f"{np.median([x['max_other'] for x in sh]):.2f}); combinations {n_combo}/{S} "
                   f"(median mean n_eff {_nanmedian([x['neff'] for x in sh]):.2f}); "
-                  f"± ends {n_pm}/{S}")  # fmt: skip
+                  f"± ends {n_pm}/{S}; arrangements: "
+                  f"{e7_map.describe(finals[name][0], maps.get(name))}")  # fmt: skip
         cid, unit = f"E7.F{F}_H{H}.{act}", f"of {S} seeds"
         if act == "softmax":
             both = sum(x["orthogonal"] and x["combination"] for x in sh)
@@ -263,30 +282,16 @@ def _claims(ctx: Context, shapes: dict, meta: dict, p, S: int, horizon: dict):
                 f"{where}: seeds whose final groups are orthogonal (apart from ± ends), the other "
                 f"measures below (simulation, D = {D})", n_orth, unit=unit, detail=detail,
             ))  # fmt: skip
-    agree, total, worst = 0, 0, 0.0
-    for sh, so, _ in shapes.values():
-        for sd, o in so.items():
-            x = sh[sd - ctx.base.seed]
-            ok = rep.same_partition(x["labels"], o["labels"])
-            d = float(np.nanmax(np.abs(x["cf"] - o["cf"])))
-            agree += ok and d <= p.ode_cos
-            total += 1
-            worst = max(worst, d)
+        if name in maps:
+            label = f"{LABEL[act]}, F = {F}, H = {H}"
+            e7_map.final_claim(ctx, cid, label, where, finals[name][0], maps[name])
+    base = ctx.base.seed
+    gaps = [float(np.nanmax(np.abs(sh[sd - base]["cf"] - o["cf"])))
+            for sh, so, _ in shapes.values() for sd, o in so.items()]  # fmt: skip
+    worst = max(gaps, default=0.0)
     devs = [dev["cos"]["max_dev"] for _, _, dev in shapes.values()]
-    ctx.claim(Claim(
-        "E7.ode_same",
-        "The ODE from the same initial state learns the same representation",
-        f"runs (setting × activation × ODE seed) with the same grouping and final head–feature "
-        f"cosines within {p.ode_cos}",
-        agree, 0.0,
-        Tolerance("at_least", total, why=f"every run; |Δcos_hf| ≤ {p.ode_cos} at the end: "
-                  f"O(1/√D) = {1 / np.sqrt(D):.3f} finite-D fluctuations, amplified near the "
-                  "saddles the heads pass (timing of escapes); a different arrangement differs "
-                  "by ≥ 0.3"),
-        unit=f"of {total} runs",
-        detail=f"largest final |Δcos_hf| {worst:.2f}; largest |Δcos| over the whole run "
-        f"{max(devs):.2f}",
-    ))  # fmt: skip
+    e7_map.agreement_claim(ctx, finals, D, extra=f"; largest final |Δcos_hf| {worst:.2f}, over "
+                           f"the whole run {max(devs):.2f}")  # fmt: skip
 
 
 def _formation(ctx: Context, res: dict, meta: dict, p):

@@ -69,6 +69,13 @@ class MapOptions(StrictModel):
     max_groups: Annotated[int, Strict(), Field(ge=1)] | None = Field(
         None, description="arrangements: at most this many groups of heads (None: any number)"
     )
+    only: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="arrangements: classify only the candidates of these names, as the map "
+        'writes them (e.g. ["1(+e1+e2) 1(−e1−e2)"]: the arrangements some runs reached); None: '
+        "every candidate",
+    )
     idle: bool | None = Field(
         None,
         description="arrangements: include idle (switched-off) heads; None: for softmax-1 and "
@@ -124,11 +131,13 @@ class SplitMapConfig(StrictModel):
             )
         H = self.model.H
         if self.map.candidates == "splits" and (
-            self.map.max_groups is not None or self.map.idle is not None
+            self.map.max_groups is not None
+            or self.map.idle is not None
+            or self.map.only is not None
         ):
             raise ValueError(
-                "map.max_groups and map.idle apply to arrangements; fix: map.candidates = "
-                '"arrangements", or leave them out'
+                "map.max_groups, map.idle and map.only apply to arrangements; fix: "
+                'map.candidates = "arrangements", or leave them out'
             )
         if (
             self.map.candidates == "arrangements"
