@@ -231,6 +231,26 @@ def _problem(method: str):
     return DriftProblem(Model(Softmax(), law, L=4), lr=1.0, method=m)
 
 
+def test_a_solve_whose_keys_run_off_stops_early_and_a_converging_one_is_unchanged():
+    """find_fixed_point's chunks: two heads on +e1 (2.5·e1, L = 4, η = 1) have no fixed point —
+    their keys grow past 4× the atoms' norm and keep growing — and the chunked solve stops
+    there, long before the 256 steps the plain solve spends; the minimum's solve converges in
+    its first chunk, bit for bit the plain one."""
+    from headspec.dynamics.fixed_points import find_fixed_point
+    from headspec.dynamics.splitmap import split_guess
+
+    p = _problem("sampled")
+    run = np.array([[2.5, 0.0]])
+    far = find_fixed_point(split_guess(run, (2,), 1.0), (2,), p, chunk=32, runaway=10.0)
+    assert not far.converged and not far.is_fixed and 32 <= far.steps < 128
+    assert float(np.sqrt(np.diag(np.asarray(far.state.Q))).max()) > 10.0
+    ends = 2.5 * np.array([[1.0, 1.0], [-1.0, -1.0]]) / np.sqrt(2)
+    g = split_guess(ends, (1, 1), 1.0)
+    a, b = find_fixed_point(g, (1, 1), p), find_fixed_point(g, (1, 1), p, chunk=32, runaway=10.0)
+    assert a.converged and a.steps < 32 and b.steps == a.steps
+    np.testing.assert_array_equal(np.asarray(a.state.Q), np.asarray(b.state.Q))
+
+
 def _classified(method: str) -> dict:
     from headspec.dynamics.arrangements import classify_arrangement
 

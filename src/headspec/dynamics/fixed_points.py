@@ -201,6 +201,9 @@ def find_fixed_point(
     rtol: float = 1e-8,
     atol: float = 1e-10,
     max_steps: int = 256,
+    *,
+    chunk: int | None = None,
+    runaway: float | None = None,
 ) -> FixedPoint:
     """Least-squares zero of the reduced drift of ``problem`` near ``guess``.
 
@@ -209,6 +212,13 @@ def find_fixed_point(
     gradient-flow fixed points. Uses optimistix's Levenberg–Marquardt (robust to the zero modes
     of softmax's biases); the result says whether the drift vanished within its errors (standard
     errors, and for the exact method its quadrature accuracy).
+
+    ``chunk``: solve in runs of that many steps (each restarts Levenberg–Marquardt from where the
+    last one stopped; one compiled program for all), so that with ``runaway`` the solve stops
+    early where the largest key norm √Q_hh exceeds ``runaway`` and still grows over a run: keys
+    that run off to infinity have no fixed point to find (the map of arrangements spent most of
+    its time on such solves, to ``max_steps``). A solve that converges within the first run is
+    the same as without ``chunk``.
     """
     import optimistix as optx
 
@@ -222,14 +232,26 @@ def find_fixed_point(
     F = guess.M.shape[1]
     x0 = _pack(guess.M, _factor(guess), guess.b)
     args = (sizes, F, problem)
-    sol = optx.least_squares(
-        _mean_residual,  # module-level: identical solves reuse one compiled program
-        optx.LevenbergMarquardt(rtol=rtol, atol=atol),
-        x0,
-        args=args,
-        max_steps=max_steps,
-        throw=False,
-    )
+    step = max_steps if chunk is None else min(chunk, max_steps)
+    x, done, top = x0, 0, _key_norm(x0, G, F)
+    while True:
+        sol = optx.least_squares(
+            _mean_residual,  # module-level: identical solves reuse one compiled program
+            optx.LevenbergMarquardt(rtol=rtol, atol=atol),
+            x,
+            args=args,
+            max_steps=step,
+            throw=False,
+        )
+        done += int(sol.stats["num_steps"])
+        converged = bool(sol.result == optx.RESULTS.successful)
+        out_of_steps = sol.result == optx.RESULTS.nonlinear_max_steps_reached
+        if not bool(out_of_steps) or done + step > max_steps:
+            break  # converged, failed otherwise, or out of steps
+        x, last = sol.value, top
+        top = _key_norm(x, G, F)
+        if runaway is not None and top > runaway and top > last:
+            break  # the keys run off: no fixed point here
     M, W, b = _unpack(sol.value, G, F)
     red = OrderParameters(M, M @ M.T + W @ W.T, b)
     terms = _residual_terms(sol.value, args)  # (n, p)
@@ -245,6 +267,12 @@ def find_fixed_point(
         drift=mean,
         drift_se=jnp.maximum(se, problem.method.accuracy),
         risk=float(problem.risk(full).mean),
-        steps=int(sol.stats["num_steps"]),
-        converged=bool(sol.result == optx.RESULTS.successful),
+        steps=done,
+        converged=converged,
     )
+
+
+def _key_norm(x, G: int, F: int) -> float:
+    """The largest key norm √Q_gg of a packed reduced state."""
+    M, W, _ = _unpack(x, G, F)
+    return float(jnp.sqrt(jnp.max(jnp.sum(M**2, 1) + jnp.sum(W**2, 1))))
