@@ -183,10 +183,11 @@ def test_final_claim_counts_seeds_on_stable_minima_and_needs_half():
     from headspec.apps.experiments import e7_map
 
     v = _map(**{MIN4: "minimum", "2(+e1) 2(−e1)": "saddle"})
-    cases = [  # (the seeds' arrangements, stable ones, verdict at ≥ S/2)
+    cases: list = [  # (the seeds' arrangements, stable ones, verdict at ≥ S/2)
         ([MIN4, MIN4, "2(+e1) 2(−e1)"], 2, True),
         ([MIN4, "unresolved (1 undecided)", "2(+e1) 2(−e1)"], 1, False),
-        (["2(+e1) 2(−e1)"] * 3, 0, False),
+        (["unresolved (2 undecided)"] * 3, 0, False),  # no map run: none is final
+        (["2(+e1) 2(−e1)"] * 3, 0, False),  # the last: its detail below
     ]
     for sn, n, ok in cases:
         ctx = _ctx()

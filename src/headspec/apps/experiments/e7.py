@@ -282,9 +282,9 @@ def _claims(ctx: Context, shapes, meta, p, S: int, horizon: dict, finals: dict, 
                 f"{where}: seeds whose final groups are orthogonal (apart from ± ends), the other "
                 f"measures below (simulation, D = {D})", n_orth, unit=unit, detail=detail,
             ))  # fmt: skip
-        if name in maps:
+        if p.map_n is not None:  # every seed unresolved: no map run, and none is final
             label = f"{LABEL[act]}, F = {F}, H = {H}"
-            e7_map.final_claim(ctx, cid, label, where, finals[name][0], maps[name])
+            e7_map.final_claim(ctx, cid, label, where, finals[name][0], maps.get(name, {}))
     base = ctx.base.seed
     gaps = [float(np.nanmax(np.abs(sh[sd - base]["cf"] - o["cf"])))
             for sh, so, _ in shapes.values() for sd, o in so.items()]  # fmt: skip
