@@ -3,6 +3,8 @@ run never stopped (headspec.conventions.checkpoint): for every engine, the SGD e
 inside a grid interval; a checkpoint of another config, or a damaged one, is ignored; the
 compute time of both parts is counted."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -115,3 +117,22 @@ def test_a_checkpoint_without_its_step_resumes_at_its_last_grid_point(tmp_path, 
     resumed = simulate(cfg, checkpoint=path)
     assert resumed.attrs["resumed_at_step"] == kept
     np.testing.assert_array_equal(resumed.M.values, simulate(cfg).M.values)
+
+
+def test_a_reproduction_in_this_process_resumes_its_half_way_simulation(tmp_path, monkeypatch):
+    """Runs of a recipe in this process (--workers 1, the smoke scale) keep a checkpoint beside
+    their file, as a worker does: a simulation interrupted half-way resumes where it stopped,
+    gives the result of a run never stopped, and its checkpoint is removed once it is written."""
+    from headspec.apps.experiments.base import Context, Run
+
+    monkeypatch.setattr(ck, "EVERY_S", 0.0)
+    cfg = _cfg("reduced")
+    spec = {"config": json.loads(cfg.model_dump_json())}
+    ctx = Context("E9", spec, "quick", tmp_path)
+    kept = ck.path_for(ctx.path("sim"))
+    at = _interrupted(ctx.cfg(SimulateConfig, "sim"), kept, after_calls=8)
+    ds = ctx.runs([Run("sim", "simulate")])["sim"]
+    assert ds.attrs["resumed_at_step"] == at and not kept.exists()
+    whole = simulate(cfg)
+    for v in VARS:
+        np.testing.assert_array_equal(ds[v].values, whole[v].values, err_msg=v)

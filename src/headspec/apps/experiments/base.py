@@ -178,12 +178,17 @@ class Context:
     def _run_here(self, r: Run, c) -> Any:
         import time
 
+        from headspec.conventions.checkpoint import path_for
         from headspec.conventions.runs import compute
 
         t0, c0 = time.perf_counter(), time.process_time()
-        ds = compute(r.kind, c)
+        # a long simulation keeps its state beside its file, as on a worker: an interrupted
+        # reproduction (--workers 1, smoke scale) resumes it instead of starting it again
+        kept = path_for(self.path(r.name))
+        ds = compute(r.kind, c, checkpoint=kept)
         took, _ = results.stamp_compute(ds, t0, c0)
         results.save(ds, self.path(r.name))
+        kept.unlink(missing_ok=True)
         self._log(f"{self.id} {r.name}: {took:.0f} s")
         return ds
 
