@@ -2,8 +2,9 @@
 "arrangements"``, issue 55): one panel per number of heads, one row per candidate arrangement
 of that many heads (in the order of the candidates: fewest groups first), one column per other
 setting (activation, η, amplitude …); each cell coloured by the arrangement's kind as a fixed
-point and, where it is one, its risk and leading rate Re λ written in it. The lowest-risk
-stable minimum of each column is framed."""
+point and, where it is one, its risk and leading rate Re λ written in it. A minimum of the
+active heads at which an idle head wakes (``idle_wakes``) has a colour of its own: it is no
+resting point of the model. The lowest-risk stable minimum of each column is framed."""
 
 from __future__ import annotations
 
@@ -15,13 +16,15 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
+WOKEN = "minimum, an idle head wakes"  # a minimum of the active heads that is no resting point
 # an arrangement's kind → (code, colour, legend)
 KINDS = {
     "minimum": (0, "#1f77b4", "stable minimum"),
-    "marginal": (1, "#ffbf00", "marginal (|Re λ| ≤ 3 s.e.)"),
-    "saddle": (2, "#ff9896", "saddle"),
-    "no fixed point": (3, "#e0e0e0", "no fixed point found"),
-    "": (4, "#ffffff", "not a candidate / not computed"),
+    WOKEN: (1, "#aec7e8", "minimum of the active heads, an idle head wakes"),
+    "marginal": (2, "#ffbf00", "marginal (|Re λ| ≤ 3 s.e.)"),
+    "saddle": (3, "#ff9896", "saddle"),
+    "no fixed point": (4, "#e0e0e0", "no fixed point found"),
+    "": (5, "#ffffff", "not a candidate / not computed"),
 }
 
 
@@ -63,6 +66,17 @@ def _candidate_order(one: xr.Dataset) -> dict[str, int]:
     return {n: i for i, n in enumerate(names)}
 
 
+def shown_kind(kind: np.ndarray, wakes: np.ndarray) -> np.ndarray:
+    """The kind a cell is drawn as: a minimum whose idle head wakes (``wakes`` == 1) as
+    :data:`WOKEN`, never framed as a minimum.
+
+    >>> shown_kind(np.array(["minimum", "minimum", "saddle"]), np.array([1, 0, 1])).tolist()
+    ['minimum, an idle head wakes', 'minimum', 'saddle']
+    """
+    kind = np.asarray(kind).astype(str)
+    return np.where((kind == "minimum") & (np.asarray(wakes) == 1), WOKEN, kind)
+
+
 def plot_arrangement_map(ds: xr.Dataset) -> Figure:
     """See the module. Panels by ``model.H`` where it is swept (else one panel)."""
     axes = json.loads(ds.attrs["axes"])
@@ -87,6 +101,9 @@ def plot_arrangement_map(ds: xr.Dataset) -> Figure:
     for ax, p, (one, keep) in zip(axs, panels, rows_of, strict=True):
         t = [*cols, "split"]
         kind = one["kind"].transpose(*t).values.reshape(len(combos), -1)[:, keep]  # (C, R)
+        if "idle_wakes" in one:  # points computed before wake() have none
+            wakes = one["idle_wakes"].transpose(*t).values.reshape(len(combos), -1)[:, keep]
+            kind = shown_kind(kind, wakes)
         risk = one["risk"].transpose(*t).values.reshape(len(combos), -1)[:, keep]
         rate = one["lead_rate"].transpose(*t).values.reshape(len(combos), -1)[:, keep]
         code = np.vectorize(lambda k: KINDS.get(str(k), KINDS[""])[0])(kind).astype(float)
@@ -109,8 +126,8 @@ def plot_arrangement_map(ds: xr.Dataset) -> Figure:
         ax.invert_yaxis()
         ax.set_title("all settings" if p is None else f"H = {ds[h_axis].values[p]} heads",
                      fontsize="small")  # fmt: skip
-    handles = [Patch(color=c, label=t) for _, c, t in list(KINDS.values())[:4]]
+    handles = [Patch(color=c, label=t) for _, c, t in list(KINDS.values())[:5]]
     handles.append(Patch(fill=False, edgecolor="k", lw=2, label="lowest-risk minimum"))
-    fig.legend(handles=handles, loc="outside lower center", ncols=3, fontsize="small")
+    fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize="small")
     fig.suptitle("map of arrangements: each candidate as a fixed point of the ODE")
     return fig
