@@ -207,7 +207,9 @@ def _dry_run(scale: str, ids, out_dir: Path, workers: int | None, scheduler: str
     )
     out.print(f"{_duration(total)} of compute in all for the runs; {where}. Pruning "
               f"({_duration(pruning)}) runs in this process, one core, after the runs; the "
-              "recipes' other analyses come on top (+42 % at quick scale, +9.5 % overnight). "
+              "recipes' other analyses come on top (+42 % at quick scale, +9.5 % overnight), "
+              "and so do E7's map runs, chosen by what its simulations reach (3.5 CPU-min at "
+              "quick scale). "
               "Estimates from headspec.conventions.cost: within 2× per experiment on this "
               "project's reference machine (docs/speed.md).")  # fmt: skip
 
