@@ -57,9 +57,9 @@ from headspec.dynamics.problem import DriftProblem
 from headspec.dynamics.splitmap import SCALES, SplitPoint, classify_split
 
 __all__ = [
-    "Arrangement", "ArrangementPoint", "Wake", "arrangement_map", "arrangement_of",
+    "UNRESOLVED", "Arrangement", "ArrangementPoint", "Wake", "arrangement_map", "arrangement_of",
     "arrangements_of", "candidates", "classify_arrangement", "direction_name", "frames",
-    "law_symmetries", "pool", "wake", "with_heads",
+    "law_symmetries", "pool", "same_arrangement", "wake", "with_heads",
 ]  # fmt: skip
 
 _DIGITS = 9  # rounding of unit directions in keys (pool entries are exact sums of ±1/√k)
@@ -249,11 +249,20 @@ def arrangements_of(
     return [_name(lab, P, syms, order) for lab in labels]
 
 
+UNRESOLVED = "unresolved"  # the name's start for a state with a head on no pool direction
+
+
+def same_arrangement(a: str, b: str) -> bool:
+    """Two states' names (:func:`arrangements_of`) name one arrangement: equal and resolved (two
+    states with heads on no pool direction are not known to agree)."""
+    return a == b and not a.startswith(UNRESOLVED)
+
+
 def _name(labels: np.ndarray, P: np.ndarray, syms, order) -> str:
     """The candidate name of one state's head labels (H,) against the pool P."""
     undecided = int((labels == -1).sum())
     if undecided:
-        return f"unresolved ({undecided} undecided)"
+        return f"{UNRESOLVED} ({undecided} undecided)"
     on = labels[labels >= 0]
     if on.size == 0:
         return f"all {labels.size} idle"

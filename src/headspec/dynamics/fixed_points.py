@@ -233,7 +233,8 @@ def find_fixed_point(
     x0 = _pack(guess.M, _factor(guess), guess.b)
     args = (sizes, F, problem)
     step = max_steps if chunk is None else min(chunk, max_steps)
-    x, done, top = x0, 0, _key_norm(x0, G, F)
+    x, done = x0, 0
+    top = _key_norm(x0, G, F) if runaway is not None else 0.0
     while True:
         sol = optx.least_squares(
             _mean_residual,  # module-level: identical solves reuse one compiled program
@@ -248,10 +249,11 @@ def find_fixed_point(
         out_of_steps = sol.result == optx.RESULTS.nonlinear_max_steps_reached
         if not bool(out_of_steps) or done + step > max_steps:
             break  # converged, failed otherwise, or out of steps
-        x, last = sol.value, top
-        top = _key_norm(x, G, F)
-        if runaway is not None and top > runaway and top > last:
-            break  # the keys run off: no fixed point here
+        x = sol.value
+        if runaway is not None:
+            last, top = top, _key_norm(x, G, F)
+            if top > runaway and top > last:
+                break  # the keys run off: no fixed point here
     M, W, b = _unpack(sol.value, G, F)
     red = OrderParameters(M, M @ M.T + W @ W.T, b)
     terms = _residual_terms(sol.value, args)  # (n, p)

@@ -27,9 +27,7 @@ import numpy as np
 
 from headspec.apps.experiments.base import Context, Run
 from headspec.apps.experiments.claims import Claim, Tolerance
-from headspec.dynamics.arrangements import arrangements_of
-
-UNRESOLVED = "unresolved"  # arrangements_of's name of a state with a head on no pool direction
+from headspec.dynamics.arrangements import UNRESOLVED, arrangements_of, same_arrangement
 
 
 def final_arrangements(res: dict, meta: dict, law: dict) -> dict[str, tuple[list, dict]]:
@@ -117,7 +115,7 @@ def final_claim(
 
 def agreement_claim(ctx: Context, finals: dict, D: int, extra: str = "") -> None:
     """The per-seed agreement of the ODE and SGD, measured (no verdict)."""
-    same = [sn[sd - ctx.base.seed] == a and not a.startswith(UNRESOLVED)
+    same = [same_arrangement(sn[sd - ctx.base.seed], a)
             for sn, on in finals.values() for sd, a in on.items()]  # fmt: skip
     if not same:
         return

@@ -27,11 +27,10 @@ from headspec.apps.experiments.e7 import isotropic_latent
 from headspec.apps.experiments.params import Cosine, Count, Fraction, Positive, RecipeParams
 from headspec.apps.experiments.registry import study
 from headspec.core.stats import compare_categories
-from headspec.dynamics.arrangements import arrangements_of
+from headspec.dynamics.arrangements import arrangements_of, same_arrangement
 
 Activation = Literal["softmax", "softmax1", "bayes_softmax"]
 ROUTES = ("sgd", "diffusion", "ode")  # the reduced engine, the diffusion engine, the ODE
-UNRESOLVED = "unresolved"  # arrangements_of's name of a state with a head on no pool direction
 
 
 class Params(RecipeParams):
@@ -98,8 +97,7 @@ def run(ctx: Context):
                 ends["diffusion"] = difs[_name(act, D, "diffusion")]
             got = {r: arrangements_of(ds.M.values[:, -1], ds.Q.values[:, -1], atoms, probs,
                                       idle=idle, **kw) for r, ds in ends.items()}  # fmt: skip
-            same = [a == b and not a.startswith(UNRESOLVED)
-                    for a, b in zip(got["sgd"], got["ode"], strict=True)]  # fmt: skip
+            same = [same_arrangement(a, b) for a, b in zip(got["sgd"], got["ode"], strict=True)]
             agree, n = float(np.mean(same)), len(same)
             se = float(np.sqrt(agree * (1 - agree) / n))
             row = {"activation": act, "D": D, "T": float(sim.t[-1]), "arrangements": got,
