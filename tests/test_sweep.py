@@ -359,6 +359,43 @@ def test_rerun_skips_finished_points_and_recomputes_corrupt_ones(sim_sweep, clie
     xr.testing.assert_identical(before.drop_attrs(), after.drop_attrs())
 
 
+def test_a_sweep_of_an_older_headspec_resumes_without_recomputing(sim_sweep, client, tmp_path):
+    """An older headspec lacked a config field that now exists with a None default (here
+    model.b0): its spec and point hashes differ from today's, but the results are the same
+    runs. The resume accepts the spec and re-uses (renames) every point instead of recomputing
+    it; a real spec change is still refused."""
+    import shutil
+
+    import h5py
+
+    sw, _ = sim_sweep
+    out = tmp_path / "old"
+    shutil.copytree(sw.out, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    del manifest["spec"]["base"]["model"]["b0"]
+    manifest["spec_hash"] = "older"
+    for i, e in enumerate(manifest["tasks"]):  # the older names of the point files
+        (out / e["file"]).rename(out / f"points/older{i}.nc")
+        e["hash"], e["file"] = f"older{i}", f"points/older{i}.nc"
+        with h5py.File(out / e["file"], "r+") as f:
+            cfg = json.loads(f.attrs["config_json"])
+            del cfg["model"]["b0"]
+            f.attrs["config_json"] = json.dumps(cfg)
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    axes = {"task.latent.scale": [0.5, 1.5], "model.H": [2, 3]}
+    now = sweep.resolve(_spec(out, axes=axes, seeds=2, seeds_per_task=1))
+    report = sweep.run(now, client=client)
+    assert (report.skipped, report.done) == (8, 0)
+    assert sorted(p.name for p in (out / "points").iterdir()) == sorted(
+        Path(t.file).name for t in now.tasks
+    )
+    kept = sweep.collect(out).drop_attrs().drop_vars("config_json")  # as the older one wrote
+    xr.testing.assert_identical(sweep.collect(sw.out).drop_attrs().drop_vars("config_json"), kept)
+    changed = sweep.resolve(_spec(out, axes={**axes, "model.H": [2, 4]}, seeds=2, seeds_per_task=1))
+    with pytest.raises(sweep.SweepError, match="another spec"):
+        sweep.run(changed, client=client)
+
+
 def test_raising_and_diverging_points_are_recorded_and_the_rest_finishes(client, tmp_path):
     axes = {
         "theory.init": [{"kind": "perturbed"}, {"kind": "simulation", "path": "/no/such.nc"}],

@@ -23,6 +23,7 @@ from headspec.apps.sweep.manifest import (
     is_sweep_manifest,
     read_manifest,
     spec_differences,
+    stored_config_hash,
     task_is_intact,
 )
 from headspec.apps.sweep.plan import Sweep, SweepTask
@@ -72,7 +73,10 @@ def check_folder(sweep: Sweep, force: bool = False) -> dict | None:
             if not force:
                 raise
     if old is not None and old.get("spec_hash") != sweep.spec_hash and not force:
-        diffs = spec_differences(old.get("spec", {}), sweep.record()) or ["(unreadable spec)"]
+        diffs = spec_differences(old.get("spec", {}), sweep.record())
+        if not diffs and "spec" in old:  # only fields added since, at their None default
+            return old
+        diffs = diffs or ["(unreadable spec)"]
         raise SweepError(
             f"{folder} holds a sweep with another spec: "
             + "; ".join(diffs)
@@ -138,6 +142,7 @@ def prepare(sweep: Sweep, force: bool = False) -> tuple[dict, list[SweepTask]]:
         "tasks": [],
     }
     todo = []
+    renamed = _older_points(folder, old_entries, {t.hash for t in sweep.tasks})
     for t in sweep.tasks:
         entry = {
             "point": t.point,
@@ -150,6 +155,8 @@ def prepare(sweep: Sweep, force: bool = False) -> tuple[dict, list[SweepTask]]:
             "status": "pending",
         }
         prev = old_entries.get(t.hash)
+        if prev is None and t.hash in renamed:  # written by an older headspec: same config
+            (folder / renamed[t.hash]).replace(folder / t.file)
         if task_is_intact(folder, t, prev):
             if prev and prev.get("sha256"):
                 keep = ("status", "sha256", "elapsed_s", "diverged_seeds")
@@ -162,6 +169,20 @@ def prepare(sweep: Sweep, force: bool = False) -> tuple[dict, list[SweepTask]]:
         manifest["tasks"].append(entry)
     write_json_atomic(path, manifest)
     return manifest, todo
+
+
+def _older_points(folder: Path, old_entries: dict, hashes: set[str]) -> dict[str, str]:
+    """Point files of the old manifest named by a hash no task has now, by the hash their
+    stored config has today (fields added since take their defaults): a sweep resumed by a
+    newer headspec re-uses them instead of recomputing (``task_is_intact`` still checks them)."""
+    found = {}
+    for h, e in old_entries.items():
+        if h in hashes or not e.get("file") or not (folder / e["file"]).is_file():
+            continue
+        now = stored_config_hash(folder / e["file"])
+        if now in hashes and now not in found:
+            found[now] = e["file"]
+    return found
 
 
 def run(

@@ -132,12 +132,20 @@ def task_is_intact(folder: Path, task: SweepTask, entry: dict | None) -> bool:
         return False
     if entry and entry.get("sha256") and entry.get("hash") == task.hash:
         return file_sha256(path) == entry["sha256"]
+    return stored_config_hash(path) == task.hash
+
+
+def stored_config_hash(path: Path) -> str | None:
+    """The task hash of the config stored in a point file, validated by today's models (so
+    fields added since take their defaults); None if the file does not load as a task's."""
+    from headspec.conventions import results
+
     try:
         ds = results.load(path, kinds=results.TASK_KINDS)
         cfg = MODELS[_kind_of(ds)].model_validate(results.config_of(ds))
     except Exception:
-        return False
-    return config_hash(_kind_of(ds), cfg) == task.hash
+        return None
+    return config_hash(_kind_of(ds), cfg)
 
 
 def _kind_of(ds) -> str:
