@@ -210,7 +210,7 @@ def test_a_minimum_whose_idle_head_wakes_is_not_final():
         lead_se=SimpleNamespace(values=np.array([0.001, 0.001])),
     )
     v = e7_map.verdicts(ds)
-    assert v["1(+e1+e2) +1 idle"]["kind"] == "minimum, but an idle head wakes"
+    assert v["1(+e1+e2) +1 idle"]["kind"] == "minimum, an idle head wakes"
     assert not v["1(+e1+e2) +1 idle"]["stable"] and v["1(+e1) 1(−e1)"]["stable"]
 
 

@@ -180,6 +180,20 @@ def _excursion_variables(S: int, trips: dict[int, list[Excursion]]) -> dict:
     return out
 
 
+WOKEN = "minimum, an idle head wakes"  # a minimum of the active heads that is no resting point
+
+
+def resting_kind(kind, idle_wakes):
+    """The kind of a fixed point as a resting point: ``WOKEN`` for a minimum of the active heads
+    at which an idle head wakes (``idle_wakes`` == 1; -1 or 0: none wakes), else ``kind``.
+    Elementwise over arrays; only ``"minimum"`` is a stable arrangement.
+
+    >>> resting_kind(np.array(["minimum", "minimum", "saddle"]), np.array([1, 0, 1])).tolist()
+    ['minimum, an idle head wakes', 'minimum', 'saddle']
+    """
+    return np.where((np.asarray(kind) == "minimum") & (np.asarray(idle_wakes) == 1), WOKEN, kind)
+
+
 def summary(points: list[SplitPoint], balanced: list[bool], woken: list[bool] | None = None):
     """The setting's scalars (see the module): the most stable uneven split (every point not
     ``balanced``: for arrangements, every one), the balanced one's risk, the even split's

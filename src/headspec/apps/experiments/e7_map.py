@@ -27,6 +27,7 @@ import numpy as np
 
 from headspec.apps.experiments.base import Context, Run
 from headspec.apps.experiments.claims import Claim, Tolerance
+from headspec.conventions.splitmap import resting_kind
 from headspec.dynamics.arrangements import UNRESOLVED, arrangements_of, same_arrangement
 
 
@@ -64,11 +65,10 @@ def verdicts(ds) -> dict[str, dict]:
     fixed point"), risk, leading rate ± s.e., and whether an idle head wakes there."""
     out = {}
     for k, a in enumerate(ds.split.values):
-        wakes = int(ds.idle_wakes.values[k]) == 1
-        kind = str(ds.kind.values[k])
+        kind = str(resting_kind(ds.kind.values[k], ds.idle_wakes.values[k]))
         out[str(a)] = {
-            "kind": "minimum, but an idle head wakes" if kind == "minimum" and wakes else kind,
-            "stable": kind == "minimum" and not wakes,
+            "kind": kind,
+            "stable": kind == "minimum",
             "risk": float(ds.risk.values[k]),
             "rate": float(ds.lead_rate.values[k]),
             "se": float(ds.lead_se.values[k]),

@@ -16,7 +16,8 @@ from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-WOKEN = "minimum, an idle head wakes"  # a minimum of the active heads that is no resting point
+from headspec.conventions.splitmap import WOKEN, resting_kind
+
 # an arrangement's kind → (code, colour, legend)
 KINDS = {
     "minimum": (0, "#1f77b4", "stable minimum"),
@@ -66,17 +67,6 @@ def _candidate_order(one: xr.Dataset) -> dict[str, int]:
     return {n: i for i, n in enumerate(names)}
 
 
-def shown_kind(kind: np.ndarray, wakes: np.ndarray) -> np.ndarray:
-    """The kind a cell is drawn as: a minimum whose idle head wakes (``wakes`` == 1) as
-    :data:`WOKEN`, never framed as a minimum.
-
-    >>> shown_kind(np.array(["minimum", "minimum", "saddle"]), np.array([1, 0, 1])).tolist()
-    ['minimum, an idle head wakes', 'minimum', 'saddle']
-    """
-    kind = np.asarray(kind).astype(str)
-    return np.where((kind == "minimum") & (np.asarray(wakes) == 1), WOKEN, kind)
-
-
 def plot_arrangement_map(ds: xr.Dataset) -> Figure:
     """See the module. Panels by ``model.H`` where it is swept (else one panel)."""
     axes = json.loads(ds.attrs["axes"])
@@ -103,7 +93,7 @@ def plot_arrangement_map(ds: xr.Dataset) -> Figure:
         kind = one["kind"].transpose(*t).values.reshape(len(combos), -1)[:, keep]  # (C, R)
         if "idle_wakes" in one:  # points computed before wake() have none
             wakes = one["idle_wakes"].transpose(*t).values.reshape(len(combos), -1)[:, keep]
-            kind = shown_kind(kind, wakes)
+            kind = resting_kind(np.asarray(kind).astype(str), wakes)
         risk = one["risk"].transpose(*t).values.reshape(len(combos), -1)[:, keep]
         rate = one["lead_rate"].transpose(*t).values.reshape(len(combos), -1)[:, keep]
         code = np.vectorize(lambda k: KINDS.get(str(k), KINDS[""])[0])(kind).astype(float)
