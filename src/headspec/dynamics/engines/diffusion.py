@@ -101,7 +101,7 @@ import jax.numpy as jnp
 
 from headspec.core.linalg import min_eigenvalue, psd_project
 from headspec.core.observables import BaseSamples, Observation, population_risk
-from headspec.core.precision import float64
+from headspec.core.precision import float64, float64_context
 from headspec.dynamics.engines.base import Engine, given_coordinates
 from headspec.dynamics.initial import perturbed_state
 from headspec.dynamics.noise import (
@@ -114,6 +114,12 @@ from headspec.dynamics.noise import (
 from headspec.dynamics.problem import DriftProblem, Exact, OrderParameters
 
 Array = jax.Array
+
+
+def _traced_float(x) -> Array:
+    """A float64 scalar array (a traced leaf of the jitted engine, not a static field)."""
+    with float64_context():
+        return jnp.asarray(x, jnp.float64)
 
 
 class DiffusionState(NamedTuple):
@@ -148,7 +154,9 @@ class DiffusionEngine(Engine):
     dt: float = eqx.field(static=True, default=0.1)
     solver: str = eqx.field(static=True, default="heun")  # "heun" | "euler"
     horizon: float = eqx.field(static=True, default=1.0)
-    noise_factor: float = eqx.field(static=True, default=1.0)  # 1: SGD; else tests of the tests
+    # 1: SGD; else tests of the tests. Traced (a float64 array), so another factor compiles
+    # nothing new
+    noise_factor: jax.Array = eqx.field(default=1.0, converter=_traced_float)
     #: the mean's method: None, the base samples' average of ψ_D; an :class:`Exact` method, the
     #: exact D → ∞ drift plus the samples' finite-D correction (noise.increment_moments)
     exact: Exact | None = eqx.field(kw_only=True, default=None)
