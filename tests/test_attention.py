@@ -202,23 +202,20 @@ def test_leading_batch_axes_are_independent(name, aggregation):
 # ---------------------------------------------------------------- 2. invariances
 
 
-def test_softmax_invariant_under_per_head_shift():
+@pytest.mark.parametrize(
+    "activation, shifts",
+    [
+        ("softmax", lambda rng: [rng.normal(scale=30.0, size=(4, 1))]),  # one shift per head
+        ("bayes_softmax", lambda rng: [-37.5, 0.3, 120.0]),  # one shift common to every head
+    ],
+)
+def test_weights_invariant_under_their_shifts(activation, shifts):
     rng = np.random.default_rng(20)
     s = rng.normal(scale=2.0, size=(4, 6))
-    c = rng.normal(scale=30.0, size=(4, 1))
-    for agg in ("mean", "sum"):
-        np.testing.assert_allclose(
-            weights("softmax", agg, s + c), weights("softmax", agg, s), atol=1e-13
-        )
-
-
-def test_bayes_softmax_invariant_under_common_shift():
-    rng = np.random.default_rng(21)
-    s = rng.normal(scale=2.0, size=(4, 6))
-    for c in (-37.5, 0.3, 120.0):
+    for c in shifts(rng):
         for agg in ("mean", "sum"):
             np.testing.assert_allclose(
-                weights("bayes_softmax", agg, s + c), weights("bayes_softmax", agg, s), atol=1e-13
+                weights(activation, agg, s + c), weights(activation, agg, s), atol=1e-13
             )
 
 
