@@ -368,6 +368,8 @@ def test_a_sweep_of_an_older_headspec_resumes_without_recomputing(sim_sweep, cli
 
     import h5py
 
+    from headspec.apps.sweep.manifest import file_sha256
+
     sw, _ = sim_sweep
     out = tmp_path / "old"
     shutil.copytree(sw.out, out)
@@ -381,11 +383,14 @@ def test_a_sweep_of_an_older_headspec_resumes_without_recomputing(sim_sweep, cli
             cfg = json.loads(f.attrs["config_json"])
             del cfg["model"]["b0"]
             f.attrs["config_json"] = json.dumps(cfg)
+        e["sha256"] = file_sha256(out / e["file"])  # as the older headspec recorded it
     (out / "manifest.json").write_text(json.dumps(manifest))
     axes = {"task.latent.scale": [0.5, 1.5], "model.H": [2, 3]}
     now = sweep.resolve(_spec(out, axes=axes, seeds=2, seeds_per_task=1))
     report = sweep.run(now, client=client, collect_after=False)  # collected below
     assert (report.skipped, report.done) == (8, 0)
+    times = [e["elapsed_s"] for e in json.loads((out / "manifest.json").read_text())["tasks"]]
+    assert times == [e["elapsed_s"] for e in manifest["tasks"]]  # the records are kept
     assert sorted(p.name for p in (out / "points").iterdir()) == sorted(
         Path(t.file).name for t in now.tasks
     )

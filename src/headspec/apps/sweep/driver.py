@@ -156,7 +156,9 @@ def prepare(sweep: Sweep, force: bool = False) -> tuple[dict, list[SweepTask]]:
         }
         prev = old_entries.get(t.hash)
         if prev is None and t.hash in renamed:  # written by an older headspec: same config
-            (folder / renamed[t.hash]).replace(folder / t.file)
+            older = renamed[t.hash]
+            (folder / older["file"]).replace(folder / t.file)
+            prev = {**older, "hash": t.hash, "file": t.file}  # its record (time, checksum) kept
         if task_is_intact(folder, t, prev):
             if prev and prev.get("sha256"):
                 keep = ("status", "sha256", "elapsed_s", "diverged_seeds")
@@ -171,17 +173,18 @@ def prepare(sweep: Sweep, force: bool = False) -> tuple[dict, list[SweepTask]]:
     return manifest, todo
 
 
-def _older_points(folder: Path, old_entries: dict, hashes: set[str]) -> dict[str, str]:
-    """Point files of the old manifest named by a hash no task has now, by the hash their
-    stored config has today (fields added since take their defaults): a sweep resumed by a
-    newer headspec re-uses them instead of recomputing (``task_is_intact`` still checks them)."""
+def _older_points(folder: Path, old_entries: dict, hashes: set[str]) -> dict[str, dict]:
+    """The old manifest's entries whose point file is named by a hash no task has now, by the
+    hash its stored config has today (fields added since take their defaults): a sweep resumed
+    by a newer headspec re-uses them instead of recomputing (``task_is_intact`` still checks
+    them)."""
     found = {}
     for h, e in old_entries.items():
         if h in hashes or not e.get("file") or not (folder / e["file"]).is_file():
             continue
         now = stored_config_hash(folder / e["file"])
         if now in hashes and now not in found:
-            found[now] = e["file"]
+            found[now] = e
     return found
 
 
