@@ -125,7 +125,6 @@ def file_sha256(path: Path) -> str:
 def task_is_intact(folder: Path, task: SweepTask, entry: dict | None) -> bool:
     """A finished task's file is present and whole: its checksum matches the manifest's, or
     (written but not yet recorded) it loads and its config hashes to the task's hash."""
-
     path = folder / task.file
     if not path.is_file():
         return False
