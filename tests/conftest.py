@@ -3,10 +3,11 @@ smoke reproduction in a child process is the plugin tests/smoke_plugin.py, regis
 
 Tiers (markers, assigned here by file; see docs/tests.md):
 - ``unit``: in-process numerics (every test file not listed below): ``pytest -m unit``;
-- ``integration``: the command line, docs, sweeps with one worker, reports, the smoke
-  reproduction — files in :data:`INTEGRATION`, and the doctests of the Markdown (README, docs/);
-- ``slow``: law tests, Dask clusters, packaging, scaling (marked in their files):
-  ``pytest -m slow``. The README's ``pytest`` runs unit + integration; .ci/run runs both commands.
+- ``integration``: the command line, docs, sweeps with one worker, reports — files in
+  :data:`INTEGRATION`, and the doctests of the Markdown (README, docs/);
+- ``slow``: law tests, Dask clusters, packaging, scaling (marked in their files), and every test
+  that reads the smoke reproduction of E1–E9 (fixture ``smoke_report``): ``pytest -m slow``.
+  The README's ``pytest`` runs unit + integration; .ci/run runs both commands.
 """
 
 import os
@@ -93,16 +94,21 @@ def pytest_configure(config):
         os.environ["XLA_FLAGS"] = flags
     for name, text in (
         ("unit", "in-process numerics on canonical tiny problems: `pytest -m unit`"),
-        ("integration", "command line, docs, sweeps with one worker, reports, smoke reproduction"),
+        ("integration", "command line, docs, sweeps with one worker, reports"),
     ):
         config.addinivalue_line("markers", f"{name}: {text}")
 
 
 def _tier(item) -> str:
-    if item.get_closest_marker("slow"):
+    from smoke_plugin import SMOKE_FIXTURE  # registered by pytest_configure (assertions rewritten)
+
+    # the smoke reproduction of every recipe costs ~340 CPU-s cold (at -O0, 2026-12-07): the
+    # README's command took 669 s cold with its 14 tests, 448 s without them; they run in the
+    # slow tier (docs/tests.md), and the README's first command runs the recipes themselves
+    if item.get_closest_marker("slow") or SMOKE_FIXTURE in getattr(item, "fixturenames", ()):
         return "slow"
     name = Path(str(item.fspath)).name
-    recipe = re.match(r"test_recipe_e\d", name) is not None  # a recipe's test: smoke reproduction
+    recipe = re.match(r"test_recipe_e\d", name) is not None  # a recipe's verdict code
     return "integration" if name in INTEGRATION or recipe or name.endswith(".md") else "unit"
 
 
@@ -125,7 +131,7 @@ def pytest_collection_modifyitems(session, config, items):
     """Mark each test with its tier, before ``-m`` selects among them."""
     for item in items:
         tier = _tier(item)
-        if tier != "slow":
+        if tier != "slow" or not item.get_closest_marker("slow"):
             item.add_marker(getattr(pytest.mark, tier))
 
 
