@@ -1,7 +1,8 @@
 """Test session set-up: tiers, JAX's settings, one compilation cache for every process; the
 smoke reproduction in a child process is the plugin tests/smoke_plugin.py, registered here.
 
-Tiers (markers, assigned here by file; see docs/tests.md):
+Tiers (markers, assigned here by file, and by fixture for the smoke reproduction; see
+docs/tests.md):
 - ``unit``: in-process numerics (every test file not listed below): ``pytest -m unit``;
 - ``integration``: the command line, docs, sweeps with one worker, reports — files in
   :data:`INTEGRATION`, and the doctests of the Markdown (README, docs/);
