@@ -131,9 +131,7 @@ def _release_compiled_programs():
 def pytest_collection_modifyitems(session, config, items):
     """Mark each test with its tier, before ``-m`` selects among them."""
     for item in items:
-        tier = _tier(item)
-        if tier != "slow" or not item.get_closest_marker("slow"):
-            item.add_marker(getattr(pytest.mark, tier))
+        item.add_marker(getattr(pytest.mark, _tier(item)))  # "slow" again: harmless
 
 
 @pytest.hookimpl(trylast=True)

@@ -59,7 +59,7 @@ from headspec.dynamics.splitmap import SCALES, SplitPoint, classify_split
 __all__ = [
     "UNRESOLVED", "Arrangement", "ArrangementPoint", "Wake", "arrangement_map", "arrangement_of",
     "arrangements_of", "candidates", "classify_arrangement", "direction_name", "frames",
-    "law_symmetries", "pool", "same_arrangement", "wake", "with_heads",
+    "law_symmetries", "pool", "resolved", "same_arrangement", "wake", "with_heads",
 ]  # fmt: skip
 
 _DIGITS = 9  # rounding of unit directions in keys (pool entries are exact sums of ±1/√k)
@@ -252,10 +252,16 @@ def arrangements_of(
 UNRESOLVED = "unresolved"  # the name's start for a state with a head on no pool direction
 
 
+def resolved(name: str) -> bool:
+    """A state's name (:func:`arrangements_of`) names an arrangement: every head sits on a pool
+    direction or is idle."""
+    return not name.startswith(UNRESOLVED)
+
+
 def same_arrangement(a: str, b: str) -> bool:
     """Two states' names (:func:`arrangements_of`) name one arrangement: equal and resolved (two
     states with heads on no pool direction are not known to agree)."""
-    return a == b and not a.startswith(UNRESOLVED)
+    return a == b and resolved(a)
 
 
 def _name(labels: np.ndarray, P: np.ndarray, syms, order) -> str:

@@ -28,7 +28,7 @@ import numpy as np
 from headspec.apps.experiments.base import Context, Run
 from headspec.apps.experiments.claims import Claim, Tolerance
 from headspec.conventions.splitmap import resting_kind
-from headspec.dynamics.arrangements import UNRESOLVED, arrangements_of, same_arrangement
+from headspec.dynamics.arrangements import arrangements_of, resolved, same_arrangement
 
 
 def final_arrangements(res: dict, meta: dict, law: dict) -> dict[str, tuple[list, dict]]:
@@ -48,7 +48,7 @@ def map_runs(ctx: Context, finals: dict, meta: dict, law: dict, n: int) -> dict[
     where every seed is unresolved)."""
     out = {}
     for name, (sn, _) in finals.items():
-        reached = sorted({a for a in sn if not a.startswith(UNRESOLVED)})
+        reached = sorted({a for a in sn if resolved(a)})
         if not reached:
             continue
         _, H, act = meta[name]

@@ -27,7 +27,7 @@ from headspec.apps.experiments.e7 import isotropic_latent
 from headspec.apps.experiments.params import Cosine, Count, Fraction, Positive, RecipeParams
 from headspec.apps.experiments.registry import study
 from headspec.core.stats import compare_categories
-from headspec.dynamics.arrangements import UNRESOLVED, arrangements_of, same_arrangement
+from headspec.dynamics.arrangements import arrangements_of, resolved, same_arrangement
 
 Activation = Literal["softmax", "softmax1", "bayes_softmax"]
 ROUTES = ("sgd", "diffusion", "ode")  # the reduced engine, the diffusion engine, the ODE
@@ -101,10 +101,11 @@ def run(ctx: Context):
             agree, n = float(np.mean(same)), len(same)
             se = float(np.sqrt(agree * (1 - agree) / n))
             both = [s for s, a, b in zip(same, got["sgd"], got["ode"], strict=True)
-                    if not (a.startswith(UNRESOLVED) or b.startswith(UNRESOLVED))]  # fmt: skip
+                    if resolved(a) and resolved(b)]  # fmt: skip
+            n_both, n_same = len(both), int(sum(both))
             row = {"activation": act, "D": D, "T": float(sim.t[-1]), "arrangements": got,
-                   "agreement": agree, "agreement_se": se, "resolved_both": len(both),
-                   "resolved_same": int(sum(both))}  # fmt: skip
+                   "agreement": agree, "agreement_se": se, "resolved_both": n_both,
+                   "resolved_same": n_same}  # fmt: skip
             if p.diffusion_engine:
                 t = compare_categories(got["sgd"], got["diffusion"], rng, p.n_perm)
                 row |= {"chi2": t.chi2, "p_value": t.p_value}
@@ -129,9 +130,9 @@ def run(ctx: Context):
                 "fraction of seeds (ODE and SGD in the same arrangement at T; a seed with a head "
                 "on no pool direction in either counts as not the same)",
                 agree, se, unit="%",
-                detail=f"seeds resolved at T in both routes: {len(both)} of {n}; the same "
-                f"arrangement in {int(sum(both))} of them; a head on no pool direction at T: "
-                + ", ".join(f"{r} {sum(x.startswith(UNRESOLVED) for x in got[r])}" for r in got),
+                detail=f"seeds resolved at T in both routes: {n_both} of {n}; the same "
+                f"arrangement in {n_same} of them; a head on no pool direction at T: "
+                + ", ".join(f"{r} {sum(not resolved(x) for x in got[r])}" for r in got),
             ))  # fmt: skip
             rows.append(row)
     _table(ctx, rows)
